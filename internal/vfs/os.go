@@ -70,7 +70,21 @@ func (osFS) OpenDir(name string) (File, error) {
 
 func (osFS) Link(oldname, newname string) error { return os.Link(oldname, newname) }
 
-func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+// Rename is rename(2). It deliberately bypasses os.Rename, which refuses to
+// replace an empty directory (EEXIST) for portability and adds an lstat
+// race; the engine wants exactly the POSIX semantics.
+func (osFS) Rename(oldname, newname string) error {
+	for {
+		err := unix.Rename(oldname, newname)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+		}
+		return nil
+	}
+}
 
 func (osFS) Remove(name string) error { return os.Remove(name) }
 

@@ -5,7 +5,7 @@
 //
 //   - Default: the operating system (package os and golang.org/x/sys/unix).
 //   - NewCrashableMem: a strict in-memory file system that remembers what was
-//     made durable. Crash() returns the state a power loss would leave: file
+//     made durable. CrashClone() returns the state a power loss would leave: file
 //     data as of its last Sync/SyncData, and only those directory entries
 //     (creates, renames, removes) whose parent directory was synced after the
 //     change.
