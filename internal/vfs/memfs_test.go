@@ -1,9 +1,7 @@
 package vfs
 
 import (
-	"errors"
 	"io"
-	"io/fs"
 	"maps"
 	"slices"
 	"sync"
