@@ -1,0 +1,93 @@
+// Package seglog is the workspace's segment log: an append-only sequence of
+// groups of records, each group made atomic by a commit marker, split over
+// segment files, with torn-tail repair, corruption detection and checkpoint
+// files.
+//
+// # Files
+//
+// A log lives in one directory. Segment files are named <seq>.seg with seq a
+// decimal number printed as %020d, starting at 1 and increasing by one with
+// every rollover. Only the last (highest-numbered) segment is ever appended
+// to; every other segment is sealed. DeleteThrough removes segments from the
+// front only, so the segments present are always a contiguous run of
+// sequence numbers.
+//
+// # Wire format (version 1; these constants are frozen)
+//
+// All integers are little-endian. CRCs are CRC-32C (Castagnoli).
+//
+// A segment starts with a 32-byte header:
+//
+//	+----------+---------+---------+-------------+------------+
+//	| magic    | version | seq     | first group | header CRC |
+//	| 8 bytes  | u32     | u64     | u64         | u32        |
+//	+----------+---------+---------+-------------+------------+
+//	  "WSFSSEG1"   = 1     = name     group number   CRC-32C of the
+//	                                  of the first   preceding 28 bytes
+//	                                  group in this
+//	                                  segment
+//
+// The header is followed by frames, back to back, up to the end of the file:
+//
+//	+--------+--------+------+--------------------+
+//	| length | CRC    | type | payload            |
+//	| u32    | u32    | u8   | length bytes       |
+//	+--------+--------+------+--------------------+
+//
+// length counts the payload only (a frame occupies 9+length bytes); CRC is
+// the CRC-32C of the type byte followed by the payload. Types:
+//
+//	1 data    payload = one record, opaque to the log
+//	2 commit  payload = 16 bytes:
+//	          +--------------+--------------+------------------------+
+//	          | group number | record count | group CRC              |
+//	          | u64          | u32          | u32                    |
+//	          +--------------+--------------+------------------------+
+//	          group CRC = CRC-32C over the frame CRCs (each as u32 LE)
+//	          of the group's data frames, in order
+//
+// Type 0 is never written, so a zero-filled region never validates.
+//
+// A group is its data frames followed by exactly one commit marker. Group
+// numbers start at 1 and increase by exactly 1, across segment boundaries
+// too: a segment's header names the group number its first commit marker
+// must carry. A group never spans two segments. A group without its commit
+// marker did not happen.
+//
+// # Recovery rules
+//
+// Open reads every segment. Damage (an invalid or incomplete frame, a bad
+// header, a commit marker whose group number, count or group CRC does not
+// match, a missing segment, a gap in group numbers) anywhere but the tail of
+// the last segment is a *CorruptError: that data was sealed, so a sync
+// returned for it, and wsfs will not guess what it said.
+//
+// In the last segment the first invalid or incomplete frame, or a complete
+// group missing its commit marker at the end of the file, starts the tail.
+// The tail is torn, not corrupt, when no valid commit marker with a higher
+// group number exists anywhere after the damage (searched byte by byte).
+// A torn tail is the expected result of a crash during an unsynced append:
+// Open truncates the segment to the end of the last complete group, syncs
+// it, logs a warning and reports it through Repaired. If a later commit
+// marker does validate, a group that may have been acknowledged lies
+// behind the damage, and Open returns a *CorruptError instead.
+//
+// # Durability
+//
+// Append writes but does not sync; Sync makes every appended group durable
+// (fdatasync). Creating a segment (at Open of an empty directory and at
+// rollover) is synchronous: the previous segment is synced first, then the
+// new file's header and the directory entry. Therefore a sealed segment is
+// always complete on disk, and only the last segment can have a torn tail.
+//
+// A failed write or sync fails the Log for good: after a failed fdatasync
+// the kernel may have dropped the dirty pages (fsyncgate), so neither a
+// retry nor a truncate-and-rewrite can prove anything. The workspace must be
+// reopened, which re-reads what really is on disk.
+//
+// # Concurrency
+//
+// A Log is used by a single goroutine (the workspace's flusher): Open, then
+// Replay, then Append/Sync/DeleteThrough, then Close. Only LastGroup and
+// Repaired may be called concurrently with that goroutine.
+package seglog

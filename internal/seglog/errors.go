@@ -1,0 +1,47 @@
+package seglog
+
+import (
+	"errors"
+	"fmt"
+)
+
+// CorruptError reports damage that is not a torn tail: bytes that a sync
+// had already made durable (a sealed segment, or data before a later valid
+// commit marker) are wrong or missing. wsfs refuses to open such a log
+// rather than guess.
+type CorruptError struct {
+	Segment string // path of the segment or checkpoint file
+	Offset  int64  // byte offset of the first damaged frame or header
+	Reason  string // what is wrong
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("seglog: %s is damaged at offset %d: %s. "+
+		"The log is damaged before its tail, so groups that were reported durable may be lost; wsfs will not guess. "+
+		"Restore the workspace state from a backup, or, only if you accept losing every group from offset %d on, "+
+		"move this file and all later ones aside and reopen",
+		e.Segment, e.Offset, e.Reason, e.Offset)
+}
+
+// TornTail describes a torn tail that Open repaired: the end of the last
+// segment held an incomplete group (a crash during an unsynced append),
+// and the segment was truncated to the end of the last complete group.
+type TornTail struct {
+	Segment        string // path of the repaired segment
+	Offset         int64  // the segment's new length
+	DroppedBytes   int64  // bytes removed from the end
+	DroppedRecords int    // valid data records of the incomplete group that were dropped
+}
+
+// ErrFailed is wrapped by every error a failed Log returns.
+var ErrFailed = errors.New("seglog: an earlier write or sync of the log failed, so the log can no longer be trusted " +
+	"(after a failed fsync the kernel may have dropped the unsynced data: fsyncgate); " +
+	"reopen the workspace to recover from what is on disk")
+
+// failedError is the sticky error of a failed Log: it wraps ErrFailed and
+// the first error.
+type failedError struct{ first error }
+
+func (e *failedError) Error() string { return ErrFailed.Error() + ": first failure: " + e.first.Error() }
+
+func (e *failedError) Unwrap() []error { return []error{ErrFailed, e.first} }

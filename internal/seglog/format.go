@@ -1,0 +1,265 @@
+package seglog
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+)
+
+// Frozen wire-format constants (see the package documentation).
+const (
+	segMagic       = "WSFSSEG1"
+	segVersion     = 1
+	segHeaderLen   = 32
+	frameHeaderLen = 9 // length u32, CRC u32, type u8
+
+	typeData   byte = 1
+	typeCommit byte = 2
+
+	commitPayloadLen = 16 // group u64, count u32, group CRC u32
+
+	// maxRecordLen is the largest record a frame can hold.
+	maxRecordLen = 1<<32 - 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// segHeader is the decoded header of a segment file.
+type segHeader struct {
+	seq        uint64
+	firstGroup uint64
+}
+
+func (h segHeader) encode() []byte {
+	b := make([]byte, segHeaderLen)
+	copy(b, segMagic)
+	binary.LittleEndian.PutUint32(b[8:], segVersion)
+	binary.LittleEndian.PutUint64(b[12:], h.seq)
+	binary.LittleEndian.PutUint64(b[20:], h.firstGroup)
+	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], castagnoli))
+	return b
+}
+
+// headerStatus tells torn (possibly an interrupted write) from definitely
+// wrong headers.
+type headerStatus int
+
+const (
+	headerOK         headerStatus = iota
+	headerIncomplete              // shorter than segHeaderLen
+	headerInvalid                 // bad magic or CRC: garbage or torn
+	headerUnsupported             // valid CRC, but a version this code does not know
+)
+
+func decodeHeader(b []byte) (segHeader, headerStatus, string) {
+	if len(b) < segHeaderLen {
+		return segHeader{}, headerIncomplete, fmt.Sprintf("segment header incomplete: %d of %d bytes", len(b), segHeaderLen)
+	}
+	if crc32.Checksum(b[:28], castagnoli) != binary.LittleEndian.Uint32(b[28:]) {
+		return segHeader{}, headerInvalid, "segment header checksum mismatch"
+	}
+	if string(b[:8]) != segMagic {
+		return segHeader{}, headerInvalid, fmt.Sprintf("segment header magic %q, want %q", b[:8], segMagic)
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != segVersion {
+		return segHeader{}, headerUnsupported, fmt.Sprintf("segment format version %d, this wsfs reads only version %d (written by a newer wsfs?)", v, segVersion)
+	}
+	return segHeader{
+		seq:        binary.LittleEndian.Uint64(b[12:]),
+		firstGroup: binary.LittleEndian.Uint64(b[20:]),
+	}, headerOK, ""
+}
+
+// appendFrame appends one frame to dst and returns the extended slice and
+// the frame's CRC.
+func appendFrame(dst []byte, typ byte, payload []byte) ([]byte, uint32) {
+	var h [frameHeaderLen]byte
+	crc := crc32.Update(0, castagnoli, []byte{typ})
+	crc = crc32.Update(crc, castagnoli, payload)
+	binary.LittleEndian.PutUint32(h[0:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(h[4:], crc)
+	h[8] = typ
+	dst = append(dst, h[:]...)
+	return append(dst, payload...), crc
+}
+
+// groupCRC is the CRC-32C over the frame CRCs of a group's data frames.
+func groupCRC(crcs []uint32) uint32 {
+	var b [4]byte
+	var c uint32
+	for _, x := range crcs {
+		binary.LittleEndian.PutUint32(b[:], x)
+		c = crc32.Update(c, castagnoli, b[:])
+	}
+	return c
+}
+
+func encodeCommit(group uint64, count uint32, gcrc uint32) []byte {
+	p := make([]byte, commitPayloadLen)
+	binary.LittleEndian.PutUint64(p[0:], group)
+	binary.LittleEndian.PutUint32(p[8:], count)
+	binary.LittleEndian.PutUint32(p[12:], gcrc)
+	return p
+}
+
+type commitInfo struct {
+	group uint64
+	count uint32
+	gcrc  uint32
+}
+
+func decodeCommit(p []byte) commitInfo {
+	return commitInfo{
+		group: binary.LittleEndian.Uint64(p[0:]),
+		count: binary.LittleEndian.Uint32(p[8:]),
+		gcrc:  binary.LittleEndian.Uint32(p[12:]),
+	}
+}
+
+// frame is one decoded, checksum-verified frame.
+type frame struct {
+	typ     byte
+	crc     uint32
+	payload []byte // aliases the segment buffer
+	size    int    // bytes the frame occupies
+}
+
+// parseFrame decodes the frame at the start of b. ok is false when the
+// frame is incomplete (runs past the end of b), fails its checksum, or has
+// an unknown type; reason then says which.
+func parseFrame(b []byte) (f frame, ok bool, reason string) {
+	if len(b) < frameHeaderLen {
+		return f, false, fmt.Sprintf("incomplete frame header (%d of %d bytes before end of file)", len(b), frameHeaderLen)
+	}
+	n := uint64(binary.LittleEndian.Uint32(b[0:]))
+	if n > uint64(len(b)-frameHeaderLen) {
+		return f, false, fmt.Sprintf("frame length %d runs past end of file (%d bytes left)", n, len(b)-frameHeaderLen)
+	}
+	want := binary.LittleEndian.Uint32(b[4:])
+	body := b[8 : frameHeaderLen+int(n)] // type + payload
+	if got := crc32.Checksum(body, castagnoli); got != want {
+		return f, false, fmt.Sprintf("frame checksum mismatch (stored %08x, computed %08x)", want, got)
+	}
+	typ := b[8]
+	switch typ {
+	case typeData:
+	case typeCommit:
+		if n != commitPayloadLen {
+			return f, false, fmt.Sprintf("commit marker payload is %d bytes, want %d", n, commitPayloadLen)
+		}
+	default:
+		return f, false, fmt.Sprintf("unknown frame type %d", typ)
+	}
+	return frame{typ: typ, crc: want, payload: b[frameHeaderLen : frameHeaderLen+int(n)], size: frameHeaderLen + int(n)}, true, ""
+}
+
+// scanResult describes one segment's frames after its header.
+type scanResult struct {
+	firstGroup uint64 // from the header
+	lastGroup  uint64 // last committed group; firstGroup-1 if none
+	groups     int
+	// validEnd is the offset just past the last commit marker (or the
+	// header if there is none): everything before it is complete groups.
+	validEnd int64
+	// damageAt is the offset of the first invalid or incomplete frame, or
+	// -1 if every frame validated to the end of the buffer.
+	damageAt     int64
+	damageReason string
+	// pendingRecords counts valid data frames after validEnd (a group
+	// without its commit marker, possibly cut short by damageAt).
+	pendingRecords int
+}
+
+// scanFrames walks the frames of a segment whose header decoded as h.
+// For every complete group it calls fn (if not nil) with records aliasing
+// buf. A checksum-valid commit marker that contradicts its group (wrong
+// number, count or group CRC) is corruption no crash can produce; it is
+// returned as a *CorruptError. Invalid frames are not errors here: the
+// caller decides between torn tail and corruption from damageAt.
+func scanFrames(name string, buf []byte, h segHeader, fn func(group uint64, records [][]byte) error) (scanResult, error) {
+	res := scanResult{
+		firstGroup: h.firstGroup,
+		lastGroup:  h.firstGroup - 1,
+		validEnd:   segHeaderLen,
+		damageAt:   -1,
+	}
+	var crcs []uint32
+	var recs [][]byte
+	off := segHeaderLen
+	for off < len(buf) {
+		f, ok, reason := parseFrame(buf[off:])
+		if !ok {
+			res.damageAt, res.damageReason = int64(off), reason
+			break
+		}
+		switch f.typ {
+		case typeData:
+			crcs = append(crcs, f.crc)
+			if fn != nil {
+				recs = append(recs, f.payload)
+			}
+		case typeCommit:
+			c := decodeCommit(f.payload)
+			want := res.lastGroup + 1
+			switch {
+			case c.group != want:
+				return res, &CorruptError{Segment: name, Offset: int64(off),
+					Reason: fmt.Sprintf("commit marker for group %d where group %d was expected (groups must be contiguous)", c.group, want)}
+			case int(c.count) != len(crcs):
+				return res, &CorruptError{Segment: name, Offset: int64(off),
+					Reason: fmt.Sprintf("commit marker of group %d counts %d records, %d precede it", c.group, c.count, len(crcs))}
+			case c.gcrc != groupCRC(crcs):
+				return res, &CorruptError{Segment: name, Offset: int64(off),
+					Reason: fmt.Sprintf("commit marker of group %d: group checksum does not match its records", c.group)}
+			}
+			if fn != nil {
+				if err := fn(c.group, recs); err != nil {
+					return res, err
+				}
+			}
+			res.lastGroup = c.group
+			res.groups++
+			res.validEnd = int64(off + f.size)
+			crcs, recs = crcs[:0], nil
+		}
+		off += f.size
+	}
+	res.pendingRecords = len(crcs)
+	return res, nil
+}
+
+// laterCommit searches buf[from:] byte by byte for a checksum-valid commit
+// marker whose group number is greater than after. It returns the marker's
+// offset and group, or -1.
+//
+// A valid data frame of at most skipFrameMax bytes found on the way is
+// skipped whole, so small records that happen to contain log bytes (a
+// segment file stored inline) are not mistaken for markers. Larger frames
+// are not checksummed at every offset: that would make the search
+// quadratic on garbage. Bytes inside the damaged frame itself cannot be
+// told apart from a real later marker; such a false alarm errs on the safe
+// side (a CorruptError, never a silent drop).
+func laterCommit(buf []byte, from int64, after uint64) (int64, uint64) {
+	end := int64(len(buf))
+	for off := from; off+frameHeaderLen <= end; {
+		b := buf[off:]
+		n := int64(binary.LittleEndian.Uint32(b[0:]))
+		typ := b[8]
+		if (typ == typeCommit && n == commitPayloadLen) || (typ == typeData && n <= skipFrameMax) {
+			if f, ok, _ := parseFrame(b); ok {
+				if f.typ == typeCommit {
+					if c := decodeCommit(f.payload); c.group > after {
+						return off, c.group
+					}
+				}
+				off += int64(f.size)
+				continue
+			}
+		}
+		off++
+	}
+	return -1, 0
+}
+
+// skipFrameMax bounds the data frames laterCommit verifies and skips.
+const skipFrameMax = 1 << 20

@@ -1,0 +1,521 @@
+package seglog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"wsfs/internal/vfs"
+)
+
+// DefaultSegmentSize is the rollover threshold when Options.SegmentSize is 0.
+const DefaultSegmentSize = 64 << 20
+
+// Options configure a Log.
+type Options struct {
+	// SegmentSize: Append starts a new segment once the current one has
+	// reached this many bytes (default 64 MiB). A segment holds at least
+	// one group, so a group larger than SegmentSize makes one large
+	// segment. Smaller segments let DeleteThrough reclaim space sooner but
+	// cost two extra syncs per rollover.
+	SegmentSize int64
+	// Logger receives torn-tail repairs (Warn) and rollovers (Debug).
+	// nil discards.
+	Logger *slog.Logger
+}
+
+// segInfo describes one segment file of the log.
+type segInfo struct {
+	seq   uint64
+	path  string
+	first uint64 // first group number (from the header)
+	last  uint64 // last committed group; first-1 if it holds none
+	size  int64  // bytes of complete groups (the file length after Open)
+}
+
+// Log is an open segment log. See the package documentation for the file
+// format, the recovery rules and the (single-goroutine) concurrency model.
+type Log struct {
+	fs     vfs.FS
+	dir    string
+	opts   Options
+	logger *slog.Logger
+
+	// Owned by the single user goroutine.
+	segs     []segInfo // ascending seq; the last one is active
+	active   vfs.File  // open read-write on segs[len(segs)-1]
+	dirty    bool      // active has writes not yet covered by a successful SyncData
+	failed   error     // sticky *failedError; nil while healthy
+	closed   bool
+	buf      []byte // reused frame buffer
+	repaired *TornTail
+
+	lastGroup atomic.Uint64 // readable from any goroutine
+}
+
+func segName(seq uint64) string { return fmt.Sprintf("%020d.seg", seq) }
+
+// parseSegName returns the sequence number of a segment file name.
+func parseSegName(name string) (uint64, bool) {
+	base, ok := strings.CutSuffix(name, ".seg")
+	if !ok || len(base) != 20 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(base, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, false
+	}
+	return seq, true
+}
+
+// Open opens the log in dir, creating dir and a first segment if needed.
+// It reads every segment, checks the whole chain and repairs a torn tail
+// (see the package documentation). Damage anywhere else is returned as a
+// *CorruptError and nothing is modified. Files in dir whose names are not
+// segment names (for example leftover temps) are ignored.
+func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Log{fs: fsys, dir: dir, opts: opts, logger: logger}
+
+	if _, err := fsys.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := fsys.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("seglog: create log directory: %w", err)
+		}
+		if err := vfs.SyncDir(fsys, filepath.Dir(dir)); err != nil {
+			return nil, fmt.Errorf("seglog: make new log directory %s durable: %w", dir, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("seglog: open log directory: %w", err)
+	}
+	names, err := fsys.List(dir)
+	if err != nil {
+		return nil, fmt.Errorf("seglog: list log directory: %w", err)
+	}
+	var seqs []uint64
+	for _, n := range names {
+		if seq, ok := parseSegName(n); ok {
+			seqs = append(seqs, seq) // List is sorted and names are fixed-width
+		}
+	}
+	if len(seqs) == 0 {
+		if err := l.createSegment(1, 1); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			return nil, &CorruptError{Segment: filepath.Join(dir, segName(seqs[i-1]+1)), Offset: 0,
+				Reason: fmt.Sprintf("segment %d is missing between %d and %d", seqs[i-1]+1, seqs[i-1], seqs[i])}
+		}
+	}
+	for i, seq := range seqs {
+		var prev *segInfo
+		if i > 0 {
+			prev = &l.segs[i-1]
+		}
+		if err := l.openSegment(seq, prev, i == len(seqs)-1); err != nil {
+			if l.active != nil {
+				_ = l.active.Close()
+			}
+			return nil, err
+		}
+	}
+	a := l.segs[len(l.segs)-1]
+	l.lastGroup.Store(a.last)
+	if l.repaired != nil {
+		logger.Warn("seglog: repaired torn tail of the log (a crash interrupted an unsynced append; no synced group was lost)",
+			"segment", l.repaired.Segment, "truncated_to", l.repaired.Offset,
+			"dropped_bytes", l.repaired.DroppedBytes, "dropped_records", l.repaired.DroppedRecords,
+			"last_group", a.last)
+	}
+	return l, nil
+}
+
+// readFile reads a whole file.
+func readFile(fsys vfs.FS, path string) ([]byte, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, st.Size())
+	if _, err := f.ReadAt(buf, 0); err != nil && !(errors.Is(err, io.EOF)) {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// openSegment validates segment seq (following prev, nil for the first
+// present segment) and appends it to l.segs. The last segment gets torn
+// tail repair and becomes the active, writable one.
+func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
+	path := filepath.Join(l.dir, segName(seq))
+	buf, err := readFile(l.fs, path)
+	if err != nil {
+		return fmt.Errorf("seglog: read segment: %w", err)
+	}
+	corrupt := func(off int64, format string, args ...any) error {
+		return &CorruptError{Segment: path, Offset: off, Reason: fmt.Sprintf(format, args...)}
+	}
+	// The first group this segment must start with, if it is knowable.
+	want := uint64(0)
+	switch {
+	case prev != nil:
+		want = prev.last + 1
+	case seq == 1:
+		want = 1
+	}
+
+	h, status, reason := decodeHeader(buf)
+	switch status {
+	case headerUnsupported:
+		return corrupt(0, "%s", reason)
+	case headerIncomplete, headerInvalid:
+		if !last {
+			return corrupt(0, "%s", reason)
+		}
+		// Creation is synchronous (header synced before any group is
+		// appended), so a bad header in the last segment is a crash during
+		// creation, unless a later commit marker proves groups were here.
+		if off, g := laterCommit(buf, 1, want-1); off >= 0 || want == 0 {
+			if off >= 0 {
+				return corrupt(0, "%s; yet a valid commit marker for group %d follows at offset %d", reason, g, off)
+			}
+			return corrupt(0, "%s, and with no earlier segment present the first group number of segment %d is unknown", reason, seq)
+		}
+		return l.repairHeader(seq, path, want, int64(len(buf)))
+	}
+	if h.seq != seq {
+		return corrupt(0, "header says segment %d but the file is named for segment %d", h.seq, seq)
+	}
+	if h.firstGroup == 0 || (want != 0 && h.firstGroup != want) {
+		return corrupt(0, "segment starts at group %d, expected group %d (group numbers must be contiguous)", h.firstGroup, want)
+	}
+	res, err := scanFrames(path, buf, h, nil)
+	if err != nil {
+		return err
+	}
+	info := segInfo{seq: seq, path: path, first: h.firstGroup, last: res.lastGroup, size: res.validEnd}
+	size := int64(len(buf))
+	if !last {
+		if res.damageAt >= 0 {
+			return corrupt(res.damageAt, "%s (in a sealed segment)", res.damageReason)
+		}
+		if res.validEnd != size {
+			return corrupt(res.validEnd, "%d records without a commit marker at the end of a sealed segment", res.pendingRecords)
+		}
+		l.segs = append(l.segs, info)
+		return nil
+	}
+
+	f, err := l.fs.OpenReadWrite(path)
+	if err != nil {
+		return fmt.Errorf("seglog: open active segment: %w", err)
+	}
+	l.active = f
+	l.segs = append(l.segs, info)
+	if res.validEnd == size {
+		return nil // clean tail
+	}
+	if res.damageAt >= 0 {
+		if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 {
+			return corrupt(res.damageAt, "%s; yet a valid commit marker for group %d follows at offset %d, so this is not a torn tail",
+				res.damageReason, g, off)
+		}
+	}
+	if err := f.Truncate(res.validEnd); err != nil {
+		return fmt.Errorf("seglog: repair torn tail of %s: truncate to %d: %w", path, res.validEnd, err)
+	}
+	if err := f.SyncData(); err != nil {
+		return fmt.Errorf("seglog: repair torn tail of %s: sync after truncate: %w", path, err)
+	}
+	l.repaired = &TornTail{Segment: path, Offset: res.validEnd, DroppedBytes: size - res.validEnd, DroppedRecords: res.pendingRecords}
+	return nil
+}
+
+// repairHeader rewrites the header of a last segment whose creation was
+// interrupted (it holds no group).
+func (l *Log) repairHeader(seq uint64, path string, first uint64, size int64) error {
+	f, err := l.fs.OpenReadWrite(path)
+	if err != nil {
+		return fmt.Errorf("seglog: open active segment: %w", err)
+	}
+	l.active = f
+	fail := func(step string, err error) error {
+		return fmt.Errorf("seglog: repair torn header of %s: %s: %w", path, step, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		return fail("truncate", err)
+	}
+	if _, err := f.WriteAt(segHeader{seq: seq, firstGroup: first}.encode(), 0); err != nil {
+		return fail("write header", err)
+	}
+	if err := f.SyncData(); err != nil {
+		return fail("sync", err)
+	}
+	l.segs = append(l.segs, segInfo{seq: seq, path: path, first: first, last: first - 1, size: segHeaderLen})
+	l.repaired = &TornTail{Segment: path, Offset: segHeaderLen, DroppedBytes: size}
+	return nil
+}
+
+// createSegment creates segment seq whose first group will be first, and
+// makes its header and directory entry durable before returning. It
+// becomes the active segment.
+func (l *Log) createSegment(seq, first uint64) error {
+	path := filepath.Join(l.dir, segName(seq))
+	f, err := l.fs.CreateExcl(path, 0o644)
+	if err != nil {
+		return fmt.Errorf("seglog: create segment: %w", err)
+	}
+	if _, err := f.WriteAt(segHeader{seq: seq, firstGroup: first}.encode(), 0); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("seglog: write header of %s: %w", path, err)
+	}
+	if err := f.SyncData(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("seglog: sync new segment %s: %w", path, err)
+	}
+	if err := vfs.SyncDir(l.fs, l.dir); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("seglog: make new segment %s durable: %w", path, err)
+	}
+	l.active = f
+	l.segs = append(l.segs, segInfo{seq: seq, path: path, first: first, last: first - 1, size: segHeaderLen})
+	l.logger.Debug("seglog: new segment", "segment", path, "first_group", first)
+	return nil
+}
+
+// Repaired returns the torn tail Open repaired, or nil if the tail was
+// clean. Safe for concurrent use.
+func (l *Log) Repaired() *TornTail {
+	if l.repaired == nil {
+		return nil
+	}
+	t := *l.repaired
+	return &t
+}
+
+// LastGroup returns the number of the last appended group (0 if none).
+// Appended is not durable: only groups appended before a successful Sync
+// are. Safe for concurrent use.
+func (l *Log) LastGroup() uint64 { return l.lastGroup.Load() }
+
+// FirstGroup returns the number of the oldest group the log still holds
+// (or would hold: LastGroup()+1 when it holds none).
+func (l *Log) FirstGroup() uint64 { return l.segs[0].first }
+
+// fail makes the log failed with err, unless it already is.
+func (l *Log) fail(err error) error {
+	if l.failed == nil {
+		l.failed = &failedError{first: err}
+	}
+	return l.failed
+}
+
+func (l *Log) usable() error {
+	if l.failed != nil {
+		return l.failed
+	}
+	if l.closed {
+		return errors.New("seglog: log is closed")
+	}
+	return nil
+}
+
+// Append writes records as the next group and returns its number. The
+// group is written with a single write call but not synced: it is durable
+// only after a successful Sync. An empty group (no records) is allowed.
+//
+// If the active segment has reached Options.SegmentSize, Append first
+// rolls over: it syncs the active segment (which becomes sealed), then
+// creates the next one and syncs its header and directory entry. That is
+// the only case in which Append syncs.
+//
+// Any write or sync failure fails the Log for good (see ErrFailed).
+func (l *Log) Append(records [][]byte) (uint64, error) {
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	for i, r := range records {
+		if int64(len(r)) > maxRecordLen {
+			return 0, fmt.Errorf("seglog: record %d is %d bytes, the limit is %d", i, len(r), int64(maxRecordLen))
+		}
+	}
+	a := &l.segs[len(l.segs)-1]
+	if a.size >= l.opts.SegmentSize && a.last >= a.first {
+		if err := l.rollover(); err != nil {
+			return 0, err
+		}
+		a = &l.segs[len(l.segs)-1]
+	}
+	group := a.last + 1
+	buf := l.buf[:0]
+	crcs := make([]uint32, 0, len(records))
+	for _, r := range records {
+		var c uint32
+		buf, c = appendFrame(buf, typeData, r)
+		crcs = append(crcs, c)
+	}
+	buf, _ = appendFrame(buf, typeCommit, encodeCommit(group, uint32(len(records)), groupCRC(crcs)))
+	if cap(buf) <= 4<<20 {
+		l.buf = buf // keep a modest buffer for the next group
+	}
+	n, err := l.active.WriteAt(buf, a.size)
+	l.dirty = true
+	if err == nil && n != len(buf) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		return 0, l.fail(fmt.Errorf("seglog: append group %d to %s at offset %d: %w", group, a.path, a.size, err))
+	}
+	a.size += int64(len(buf))
+	a.last = group
+	l.lastGroup.Store(group)
+	return group, nil
+}
+
+// rollover seals the active segment and creates the next one.
+func (l *Log) rollover() error {
+	if err := l.Sync(); err != nil {
+		return err
+	}
+	a := l.segs[len(l.segs)-1]
+	if err := l.active.Close(); err != nil {
+		return l.fail(fmt.Errorf("seglog: close sealed segment %s: %w", a.path, err))
+	}
+	l.active = nil
+	if err := l.createSegment(a.seq+1, a.last+1); err != nil {
+		return l.fail(err)
+	}
+	return nil
+}
+
+// Sync makes every group appended so far durable (fdatasync of the active
+// segment; segment creation already synced the directory). If it fails,
+// the Log is failed for good: nothing appended since the last successful
+// Sync may be considered durable, and a retry would prove nothing.
+func (l *Log) Sync() error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if !l.dirty {
+		return nil
+	}
+	a := l.segs[len(l.segs)-1]
+	if err := l.active.SyncData(); err != nil {
+		return l.fail(fmt.Errorf("seglog: sync %s through group %d: %w", a.path, a.last, err))
+	}
+	l.dirty = false
+	return nil
+}
+
+// Replay calls fn for every committed group numbered above after, in
+// order. records alias a buffer that is not reused: fn may keep them but
+// must not modify them. An error from fn stops the replay and is returned.
+//
+// Replay checks that the log covers what is asked: if groups after
+// "after" have already been deleted (after+1 < FirstGroup), or the log
+// ends before after (a checkpoint newer than the log), it returns a
+// *CorruptError. Replay is meant to run after Open and before Append.
+func (l *Log) Replay(after uint64, fn func(group uint64, records [][]byte) error) error {
+	if l.closed {
+		return errors.New("seglog: log is closed")
+	}
+	first, last := l.segs[0].first, l.LastGroup()
+	if after+1 < first {
+		return &CorruptError{Segment: l.segs[0].path, Offset: 0,
+			Reason: fmt.Sprintf("groups after %d are needed but the log starts at group %d (its earlier segments were deleted)", after, first)}
+	}
+	if after > last {
+		a := l.segs[len(l.segs)-1]
+		return &CorruptError{Segment: a.path, Offset: a.size,
+			Reason: fmt.Sprintf("replay from group %d asked for, but the log ends at group %d (the checkpoint is newer than the log)", after, last)}
+	}
+	for _, s := range l.segs {
+		if s.last <= after {
+			continue
+		}
+		buf, err := readFile(l.fs, s.path)
+		if err != nil {
+			return fmt.Errorf("seglog: replay: read segment: %w", err)
+		}
+		if int64(len(buf)) < s.size {
+			return &CorruptError{Segment: s.path, Offset: int64(len(buf)), Reason: fmt.Sprintf("segment shrank to %d bytes after open (was %d)", len(buf), s.size)}
+		}
+		buf = buf[:s.size]
+		h, status, reason := decodeHeader(buf)
+		if status != headerOK {
+			return &CorruptError{Segment: s.path, Offset: 0, Reason: reason + " (changed after open)"}
+		}
+		res, err := scanFrames(s.path, buf, h, func(g uint64, recs [][]byte) error {
+			if g <= after {
+				return nil
+			}
+			return fn(g, recs)
+		})
+		if err != nil {
+			return err
+		}
+		if res.damageAt >= 0 || res.lastGroup != s.last {
+			return &CorruptError{Segment: s.path, Offset: res.validEnd, Reason: "segment changed after open: " + res.damageReason}
+		}
+	}
+	return nil
+}
+
+// DeleteThrough deletes, oldest first, every sealed segment whose groups
+// are all numbered at or below group, syncing the directory after each
+// removal (so the segments left are always a contiguous run, even after a
+// crash). The active segment is never deleted. Call it only once the
+// groups are covered by a durable checkpoint.
+func (l *Log) DeleteThrough(group uint64) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	for len(l.segs) > 1 && l.segs[0].last <= group {
+		s := l.segs[0]
+		if err := l.fs.Remove(s.path); err != nil {
+			return fmt.Errorf("seglog: delete segment through group %d: %w", group, err)
+		}
+		l.segs = l.segs[1:]
+		if err := vfs.SyncDir(l.fs, l.dir); err != nil {
+			// The directory also holds the entries of new segments; a
+			// failed directory sync is as final as a failed data sync.
+			return l.fail(fmt.Errorf("seglog: after deleting %s: %w", s.path, err))
+		}
+	}
+	return nil
+}
+
+// Close closes the active segment. It does not sync: call Sync first for
+// durability. Closing a failed log is allowed.
+func (l *Log) Close() error {
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	if l.active == nil {
+		return nil
+	}
+	if err := l.active.Close(); err != nil {
+		return fmt.Errorf("seglog: close %s: %w", l.segs[len(l.segs)-1].path, err)
+	}
+	return nil
+}
