@@ -1,0 +1,634 @@
+// Package commit is the group committer of a workspace: one flusher goroutine
+// that turns enqueued log records into durable groups.
+//
+// Operations enqueue their records (Enqueue never does I/O); the flusher
+// closes a group when it holds MaxRecords records, when Window has passed
+// since its first record, or at once for a Barrier or Close. A group becomes
+// durable in three steps, always in this order:
+//
+//  1. drain: the pool objects its records reference are made durable
+//     (DrainEntry: fdatasync of each object and fsync of each publication
+//     directory; DrainSyncFS: syncfs of the pool and state filesystems);
+//  2. append: the group's records are appended to the log as one group;
+//  3. log sync: the log is synced.
+//
+// Only then does OnCommit see the group and are its waiters released.
+// While one group drains and syncs, new records accumulate for the next one:
+// that pipelining is the group commit.
+//
+// Failures follow fsyncgate (after a failed fsync the kernel may have dropped
+// the dirty pages, so a retried fsync that succeeds proves nothing):
+//
+//   - a failed drain does not commit the group; its waiters get a *DrainError
+//     (errors.Is syscall.EIO); its records go back to the front of the queue
+//     with their Tickets, and every object of the group is republished
+//     (re-read, verified, rewritten, synced) before the group is tried again;
+//   - a failed log append or sync, a failed republish, or maxDrainAttempts
+//     drain failures in a row fail the committer for good (*FailedError): the
+//     workspace must be remounted, and recovery reads what is durable.
+package commit
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"wsfs/internal/pool"
+)
+
+// Log is the part of the segment log (internal/seglog) the committer uses.
+type Log interface {
+	// Append writes records as one group and returns its number; it does
+	// not sync.
+	Append(records [][]byte) (group uint64, err error)
+	// Sync makes every appended group durable. A failure is final.
+	Sync() error
+	// LastGroup returns the number of the last appended group.
+	LastGroup() uint64
+}
+
+// Objects is the part of the content pool (internal/pool) the committer uses.
+type Objects interface {
+	// SyncObjects makes the objects durable: fdatasync each, fsync each
+	// publication directory once, at most parallel syncs in flight.
+	SyncObjects(ids []pool.ID, parallel int) error
+	// SyncFS is syncfs(2) of the pool's filesystem (DrainSyncFS only).
+	SyncFS() error
+	// Republish re-reads the object, verifies its hash, rewrites and syncs
+	// it: after a failed sync, only a fresh write proves durability.
+	Republish(id pool.ID) error
+}
+
+// Record is one log record and the pool objects it references.
+type Record struct {
+	// Data is the encoded record, appended to the log as it is. The
+	// committer keeps it until the group is durable; the caller must not
+	// modify it after Enqueue.
+	Data []byte
+	// Objects are the pool objects the record references that must be
+	// durable before it commits: those it published and those it
+	// deduplicated against.
+	Objects []pool.ID
+}
+
+// Ticket is the position of an enqueued record. Tickets are strictly
+// increasing in Enqueue order, start at 1, and are never reused; 0 means "no
+// record".
+type Ticket uint64
+
+// Observer receives metrics. Its methods are called from the flusher and
+// must not block.
+type Observer interface {
+	GroupCommitted(GroupStats)
+}
+
+// GroupStats describes one committed group.
+type GroupStats struct {
+	Group   uint64        // the log's group number
+	Records int           // records in the group
+	Bytes   int           // total length of the records' Data
+	Objects int           // distinct pool objects drained
+	Drain   time.Duration // the drain (object syncs or syncfs)
+	LogSync time.Duration // the log append and sync
+}
+
+// Stats is a snapshot of the committer's state.
+type Stats struct {
+	LastGroup  uint64    // the last committed group (the log's LastGroup at New before the first commit)
+	LastCommit time.Time // when it was committed; zero before the first commit
+	Pending    int       // records enqueued and not yet durable (queued or in flight)
+	Failed     error     // the *FailedError if the committer has failed for good, else nil
+}
+
+// Options configure a Committer. The zero value is valid.
+type Options struct {
+	// MaxRecords closes a group once it holds this many records (default
+	// 512). The records of one Enqueue call are never split across groups,
+	// so a group can be larger when one call enqueues more.
+	MaxRecords int
+	// Window closes a group this long after its first record was enqueued
+	// (default 50ms): the longest a completed operation waits to become
+	// durable, not counting the drain and sync of the group before it.
+	Window time.Duration
+	// Drain selects what is synced before the log (default DrainEntry).
+	// DrainSyncFS exists to reproduce the legacy pathology; do not use it
+	// in production: its cost grows with every dirty page of both
+	// filesystems, whoever wrote them.
+	Drain Drain
+	// SyncParallelism bounds the object syncs in flight during a DrainEntry
+	// drain (default 16).
+	SyncParallelism int
+	// StateSyncFS is syncfs(2) of the filesystem holding the log, called by
+	// DrainSyncFS after the pool's SyncFS (nil: skipped).
+	StateSyncFS func() error
+	// Clock is the source of time (default SystemClock{}).
+	Clock Clock
+	// Logger receives failures (Error) and drains or log syncs slower than
+	// one second (Warn). Default slog.Default().
+	Logger *slog.Logger
+	// Observer receives metrics; may be nil.
+	Observer Observer
+	// OnCommit, if set, is called by the flusher for each group after it is
+	// durable and before its waiters are released, in group order. It
+	// must not call the Committer. records is the committer's own slice;
+	// it may be kept but not modified.
+	OnCommit func(group uint64, records []Record)
+}
+
+const (
+	defaultMaxRecords      = 512
+	defaultWindow          = 50 * time.Millisecond
+	defaultSyncParallelism = 16
+	// backpressureGroups: Enqueue blocks while this many full groups of
+	// records are queued behind the one in flight.
+	backpressureGroups = 8
+	// maxDrainAttempts drain failures in a row (each followed by a
+	// successful republish) fail the committer: the device is not
+	// getting better, and retrying forever would hide it.
+	maxDrainAttempts = 3
+	// slowIO is the drain or log sync duration above which a warning is
+	// logged.
+	slowIO = time.Second
+)
+
+// entry is an enqueued record.
+type entry struct {
+	t   Ticket
+	rec Record
+	at  time.Time // when it was enqueued (the window starts at a group's first entry)
+	end bool      // last record of its Enqueue call: groups end only here
+}
+
+// Committer is a workspace's group committer. Its methods are safe for
+// concurrent use.
+type Committer struct {
+	log   Log
+	objs  Objects
+	opts  Options // defaults applied
+	clock Clock
+	lg    *slog.Logger
+
+	kick chan struct{} // wakes the flusher; capacity 1, sends never block
+	done chan struct{} // closed when the flusher has exited
+
+	mu struct {
+		sync.Mutex
+		// space is signalled when pending shrinks, and broadcast when
+		// the committer fails or closes (Enqueue backpressure).
+		space sync.Cond
+		// next is the Ticket the next enqueued record gets.
+		next Ticket
+		// pending holds the enqueued records not in flight, in Ticket
+		// order. The records in flight, if any, have lower Tickets.
+		pending []entry
+		// durable: every record with a Ticket <= durable is committed.
+		durable Ticket
+		// urgent: while pending holds a Ticket <= urgent (a Barrier's
+		// or Close's), groups close without waiting for the window.
+		urgent Ticket
+		// waiters of records not yet committed, by Ticket.
+		waiters waiterHeap
+		closing bool
+		failed  *FailedError
+		// lastGroup and lastCommit describe the last committed group.
+		lastGroup  uint64
+		lastCommit time.Time
+	}
+}
+
+// New returns a Committer appending to log and draining objs, and starts its
+// flusher goroutine. Close stops it.
+func New(log Log, objs Objects, opts Options) *Committer {
+	if opts.MaxRecords <= 0 {
+		opts.MaxRecords = defaultMaxRecords
+	}
+	if opts.Window <= 0 {
+		opts.Window = defaultWindow
+	}
+	if opts.SyncParallelism <= 0 {
+		opts.SyncParallelism = defaultSyncParallelism
+	}
+	if opts.Drain != DrainEntry && opts.Drain != DrainSyncFS {
+		panic(fmt.Sprintf("commit: invalid drain mode %v", opts.Drain))
+	}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	c := &Committer{
+		log:   log,
+		objs:  objs,
+		opts:  opts,
+		clock: opts.Clock,
+		lg:    opts.Logger.With("component", "commit"),
+		kick:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	c.mu.space.L = &c.mu.Mutex
+	c.mu.next = 1
+	c.mu.lastGroup = log.LastGroup()
+	go c.flusher()
+	return c
+}
+
+// Enqueue adds records to the current group and returns the Ticket of the
+// last one (Wait on it covers them all). The records of one call commit in
+// the same group, in order, after every record enqueued before the call.
+// With no records it returns the Ticket of the last record enqueued so far.
+//
+// Enqueue does no I/O. It blocks only while more than 8*MaxRecords records
+// are queued behind the group in flight (backpressure). It returns the
+// *FailedError once the committer has failed, and ErrClosed after Close.
+func (c *Committer) Enqueue(recs ...Record) (Ticket, error) {
+	var now time.Time
+	if len(recs) > 0 {
+		now = c.clock.Now()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.mu.failed != nil {
+			return 0, c.mu.failed
+		}
+		if c.mu.closing {
+			return 0, ErrClosed
+		}
+		if len(c.mu.pending) < backpressureGroups*c.opts.MaxRecords {
+			break
+		}
+		c.mu.space.Wait()
+	}
+	if len(recs) == 0 {
+		return c.mu.next - 1, nil
+	}
+	wasEmpty := len(c.mu.pending) == 0
+	for i, r := range recs {
+		c.mu.pending = append(c.mu.pending, entry{t: c.mu.next, rec: r, at: now, end: i == len(recs)-1})
+		c.mu.next++
+	}
+	if wasEmpty || len(c.mu.pending) >= c.opts.MaxRecords {
+		c.wake()
+	}
+	return c.mu.next - 1, nil
+}
+
+// Wait returns nil once the record with Ticket t, and so every record before
+// it, is durable. If the group holding t fails its drain, Wait returns that
+// *DrainError (the record stays queued and is retried; waiting again may
+// succeed). If the committer fails, Wait returns the *FailedError. It
+// returns ctx.Err() if ctx ends first.
+func (c *Committer) Wait(ctx context.Context, t Ticket) error {
+	c.mu.Lock()
+	if t <= c.mu.durable {
+		c.mu.Unlock()
+		return nil
+	}
+	if t >= c.mu.next {
+		last := c.mu.next - 1
+		c.mu.Unlock()
+		return fmt.Errorf("commit: Wait for ticket %d, which was never issued (the last is %d)", t, last)
+	}
+	if ferr := c.mu.failed; ferr != nil {
+		c.mu.Unlock()
+		return ferr
+	}
+	w := &waiter{t: t, ch: make(chan error, 1)}
+	heap.Push(&c.mu.waiters, w)
+	c.mu.Unlock()
+	select {
+	case err := <-w.ch:
+		return err
+	case <-ctx.Done():
+		// w stays in the heap until its group completes; the
+		// flusher's send on its buffered channel never blocks.
+		return ctx.Err()
+	}
+}
+
+// Barrier gives fsync semantics: on a nil return every record enqueued
+// before the call is durable. It closes the current group at once instead of
+// waiting for the window (if a group is in flight, the next one is closed
+// as soon as it completes). Errors are those of Wait.
+func (c *Committer) Barrier(ctx context.Context) error {
+	c.mu.Lock()
+	t := c.mu.next - 1
+	if t <= c.mu.durable {
+		c.mu.Unlock()
+		return nil
+	}
+	if ferr := c.mu.failed; ferr != nil {
+		c.mu.Unlock()
+		return ferr
+	}
+	c.mu.urgent = max(c.mu.urgent, t)
+	c.mu.Unlock()
+	c.wake()
+	return c.Wait(ctx, t)
+}
+
+// Stats returns a snapshot of the committer's state.
+func (c *Committer) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{
+		LastGroup:  c.mu.lastGroup,
+		LastCommit: c.mu.lastCommit,
+		Pending:    int(c.mu.next - 1 - c.mu.durable),
+	}
+	if c.mu.failed != nil {
+		s.Failed = c.mu.failed
+		s.Pending = 0
+	}
+	return s
+}
+
+// Close commits every record enqueued before it, then stops the flusher.
+// Enqueue fails with ErrClosed from the moment Close is called. Close
+// returns the *FailedError if the committer failed (before or while
+// committing the rest), else nil. It is idempotent.
+func (c *Committer) Close() error {
+	c.mu.Lock()
+	c.mu.closing = true
+	c.mu.space.Broadcast()
+	c.mu.Unlock()
+	c.wake()
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.failed != nil {
+		return c.mu.failed
+	}
+	return nil
+}
+
+// wake makes the flusher re-examine the queue. It never blocks.
+func (c *Committer) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flusher is the committer's only goroutine that does I/O. It loops: wait
+// until a group should close, take it from the front of the queue, drain
+// it, append it, sync the log, release its waiters.
+//
+// Ordering invariants:
+//
+//  1. Records commit in Ticket order: a group is always a prefix of the
+//     queue, and only one group is in flight at a time; records enqueued
+//     while a group is in flight accumulate for the next group.
+//  2. The records of one Enqueue call are in one group (a group ends only at
+//     the end of a call), so an operation is never half committed.
+//  3. A group is appended to the log only after its drain returned nil:
+//     the log never references an object that is not durable.
+//  4. Waiters are released, and OnCommit called, only after the log's Sync
+//     returned nil for the group. OnCommit sees groups in order, before
+//     their waiters are released.
+//  5. A group whose drain failed is not appended; its records return to the
+//     front of the queue (order and Tickets unchanged) and every object it
+//     references is republished before it is tried again.
+//  6. A failed log Append or Sync is never retried: the committer fails for
+//     good, and every waiter of an uncommitted record gets the error.
+//
+// The flusher exits when the committer fails, or when it is closing and the
+// queue is empty.
+func (c *Committer) flusher() {
+	defer close(c.done)
+	drainFailures := 0
+	for {
+		c.mu.Lock()
+		if c.mu.failed != nil {
+			c.mu.Unlock()
+			return
+		}
+		n := len(c.mu.pending)
+		if n == 0 && c.mu.closing {
+			c.mu.Unlock()
+			return
+		}
+		var wait time.Duration
+		ready := false
+		if n > 0 {
+			first := c.mu.pending[0]
+			wait = first.at.Add(c.opts.Window).Sub(c.clock.Now())
+			ready = c.mu.closing || n >= c.opts.MaxRecords || first.t <= c.mu.urgent || wait <= 0
+		}
+		var g []entry
+		if ready {
+			g = c.takeGroupLocked()
+		}
+		c.mu.Unlock()
+
+		switch {
+		case ready:
+			if c.commitGroup(g) {
+				drainFailures = 0
+				continue
+			}
+			drainFailures++
+			if drainFailures >= maxDrainAttempts {
+				c.fail("drain", fmt.Errorf("%d drains in a row failed, each after the objects were republished", drainFailures))
+				return
+			}
+			if !c.republish(g) {
+				return
+			}
+		case n == 0:
+			<-c.kick
+		default:
+			timer, fire := c.clock.NewTimer(wait)
+			select {
+			case <-c.kick:
+			case <-fire:
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// takeGroupLocked removes the next group from the front of the queue: whole
+// Enqueue calls, up to MaxRecords records (more if the first call alone has
+// more).
+func (c *Committer) takeGroupLocked() []entry {
+	p := c.mu.pending
+	n := 0
+	for n < len(p) && n < c.opts.MaxRecords {
+		end := n
+		for !p[end].end {
+			end++
+		}
+		if n > 0 && end+1 > c.opts.MaxRecords {
+			break
+		}
+		n = end + 1
+	}
+	g := make([]entry, n)
+	copy(g, p[:n])
+	clear(p[:n]) // drop references to the records' data
+	c.mu.pending = p[n:]
+	c.mu.space.Broadcast()
+	return g
+}
+
+// groupObjects returns the distinct objects of g, in first-reference order.
+func groupObjects(g []entry) []pool.ID {
+	var ids []pool.ID
+	seen := make(map[pool.ID]struct{})
+	for _, e := range g {
+		for _, id := range e.rec.Objects {
+			if _, ok := seen[id]; !ok {
+				seen[id] = struct{}{}
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// commitGroup drains g, appends it to the log and syncs the log, then
+// releases its waiters. It reports false if the drain failed (the records
+// are back in the queue and the waiters have the *DrainError); a log failure
+// fails the committer and reports true (the flusher loop then exits).
+func (c *Committer) commitGroup(g []entry) bool {
+	ids := groupObjects(g)
+	start := c.clock.Now()
+	var err error
+	switch c.opts.Drain {
+	case DrainEntry:
+		if len(ids) > 0 {
+			err = c.objs.SyncObjects(ids, c.opts.SyncParallelism)
+		}
+	case DrainSyncFS:
+		err = c.objs.SyncFS()
+		if err == nil && c.opts.StateSyncFS != nil {
+			err = c.opts.StateSyncFS()
+		}
+	}
+	drained := c.clock.Now()
+	drainDur := drained.Sub(start)
+	if drainDur > slowIO {
+		c.lg.Warn("slow drain", "drain", c.opts.Drain.String(), "duration", drainDur,
+			"records", len(g), "objects", len(ids))
+	}
+	if err != nil {
+		c.drainFailed(g, ids, err)
+		return false
+	}
+
+	data := make([][]byte, len(g))
+	bytes := 0
+	for i, e := range g {
+		data[i] = e.rec.Data
+		bytes += len(e.rec.Data)
+	}
+	group, err := c.log.Append(data)
+	if err != nil {
+		c.fail("log append", err)
+		return true
+	}
+	if err := c.log.Sync(); err != nil {
+		c.fail("log sync", err)
+		return true
+	}
+	synced := c.clock.Now()
+	syncDur := synced.Sub(drained)
+	if syncDur > slowIO {
+		c.lg.Warn("slow log sync", "duration", syncDur, "group", group, "records", len(g), "bytes", bytes)
+	}
+
+	if c.opts.OnCommit != nil {
+		recs := make([]Record, len(g))
+		for i, e := range g {
+			recs[i] = e.rec
+		}
+		c.opts.OnCommit(group, recs)
+	}
+
+	c.mu.Lock()
+	c.mu.durable = g[len(g)-1].t
+	c.mu.lastGroup = group
+	c.mu.lastCommit = synced
+	c.releaseLocked(c.mu.durable, nil)
+	c.mu.Unlock()
+
+	if c.opts.Observer != nil {
+		c.opts.Observer.GroupCommitted(GroupStats{
+			Group: group, Records: len(g), Bytes: bytes, Objects: len(ids),
+			Drain: drainDur, LogSync: syncDur,
+		})
+	}
+	return true
+}
+
+// drainFailed puts g back at the front of the queue and fails its waiters.
+func (c *Committer) drainFailed(g []entry, ids []pool.ID, cause error) {
+	derr := &DrainError{Drain: c.opts.Drain, First: g[0].t, Last: g[len(g)-1].t, Objects: len(ids), Err: cause}
+	c.lg.Error("group drain failed; the group is not committed, its waiters get EIO, its objects are republished before a retry",
+		"drain", c.opts.Drain.String(), "first", derr.First, "last", derr.Last, "objects", len(ids), "err", cause)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := make([]entry, 0, len(g)+len(c.mu.pending))
+	p = append(p, g...)
+	c.mu.pending = append(p, c.mu.pending...)
+	c.releaseLocked(derr.Last, derr)
+}
+
+// republish rewrites every object of g after a failed drain. A failure fails
+// the committer; it reports whether all succeeded.
+func (c *Committer) republish(g []entry) bool {
+	for _, id := range groupObjects(g) {
+		if err := c.objs.Republish(id); err != nil {
+			c.fail("republish", fmt.Errorf("object %s, after a failed drain: %w", id, err))
+			return false
+		}
+	}
+	return true
+}
+
+// fail makes the committer fail for good with op's err and releases every
+// waiter with the *FailedError.
+func (c *Committer) fail(op string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ferr := &FailedError{Op: op, LastGroup: c.mu.lastGroup, Err: err}
+	c.lg.Error("committer failed for good; remount the workspace", "op", op, "last_group", ferr.LastGroup, "err", err)
+	c.mu.failed = ferr
+	c.mu.pending = nil
+	c.releaseLocked(^Ticket(0), ferr)
+	c.mu.space.Broadcast()
+}
+
+// releaseLocked sends err to every waiter of a Ticket <= t.
+func (c *Committer) releaseLocked(t Ticket, err error) {
+	for len(c.mu.waiters) > 0 && c.mu.waiters[0].t <= t {
+		w := heap.Pop(&c.mu.waiters).(*waiter)
+		w.ch <- err
+	}
+}
+
+// waiter is a Wait call in progress.
+type waiter struct {
+	t  Ticket
+	ch chan error // capacity 1: receives the outcome exactly once
+}
+
+// waiterHeap is a min-heap of waiters by Ticket.
+type waiterHeap []*waiter
+
+func (h waiterHeap) Len() int           { return len(h) }
+func (h waiterHeap) Less(i, j int) bool { return h[i].t < h[j].t }
+func (h waiterHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *waiterHeap) Push(x any)        { *h = append(*h, x.(*waiter)) }
+func (h *waiterHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return w
+}
