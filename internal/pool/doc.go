@@ -1,0 +1,81 @@
+// Package pool is the content pool shared by every wsfs daemon on a host:
+// immutable objects named by the hash of their content (see Sum), stored as
+//
+//	POOL/objects/<first 2 hex digits>/<64 hex digits>   published objects
+//	POOL/tmp/<kind>-<random>                            temps, staging files, GC graveyard
+//
+// Many daemon processes use one pool directory at the same time. They share
+// nothing but the file system: no lock is held to publish, read or protect
+// an object. Everything below holds for concurrent publishers in other
+// processes.
+//
+// # Publication
+//
+// Put writes the content to a fresh temp in POOL/tmp (same file system as
+// objects/) and then hard-links the temp to the object's name, failing if the
+// name exists, and removes the temp. Link, not rename, on purpose: rename
+// would replace an existing object's inode with an unsynced one. If process A
+// has synced the object and committed a reference to it, and process B then
+// renamed its own identical, unsynced copy over it, a power loss could leave
+// the name pointing at B's unsynced inode (empty or garbage) although A's
+// commit depends on it. With link-if-absent the first published inode stays
+// in place for as long as the object exists, and a reader's open file keeps
+// meaning the same inode. The only code that replaces an object's inode is
+// repair (Republish, and Put/PublishStaging healing a damaged object), and it
+// syncs the new inode before renaming it into place, so whichever directory
+// entry survives a crash names durable bytes.
+//
+// Publication does not sync anything. Fan-out directories are created on
+// demand with MkdirAll and never removed (not even by GC).
+//
+// # Durability: the drain
+//
+// A published object is visible to every process at once, but it is durable
+// only after its data has been synced (SyncData), its fan-out directory has
+// been synced (so the entry survives), and objects/ has been synced after the
+// fan-out directory was created. SyncObjects does exactly that for a set of
+// objects; the committer calls it for every group before the group's log
+// record, and the group's set must hold both the objects the group published
+// and the objects it deduplicated against: a dedup hit may point at an object
+// that another process published a moment ago and has not synced yet (or
+// never will, if that process dies). Syncing it again costs little if it is
+// already clean.
+//
+// Because the pool cannot know whether another process ever synced
+// objects/ after creating a fan-out directory, each process syncs objects/
+// once for every fan-out directory it has not yet seen durable (at Open for
+// those that exist then, in the drain for later ones).
+//
+// # Garbage collection and protection
+//
+// GC removes an object only if the caller says it is unreferenced and its
+// mtime is older than the grace period. A dedup hit bumps the object's mtime
+// (Protect) before Put returns, so an object that a group is about to
+// reference cannot be collected during the group's commit window, as long as
+// the grace period is far longer than a commit window (use hours, not
+// seconds). GC moves a candidate into POOL/tmp before deleting it and checks
+// its mtime again there; if a Protect raced with it, GC puts the object
+// back and syncs its directory. The same grace period applies to temps in
+// POOL/tmp, so a staging file must not sit unwritten for longer than the
+// grace period.
+//
+// # Reads
+//
+// Open and ReadAll verify that the bytes hash to the object's ID; a mismatch
+// is a *CorruptObjectError, never wrong bytes. Open verifies an object once
+// per process (and again if the file under the name was replaced).
+//
+// # Failed syncs (fsyncgate)
+//
+// A failed SyncData means the kernel may have dropped the dirty pages, so a
+// later SyncData that succeeds proves nothing. SyncObjects marks nothing
+// durable when any step fails and returns a *SyncError listing the objects
+// to Republish: Republish reads the object back, verifies it, writes a new
+// copy, syncs it, renames it over the object and syncs the directory.
+//
+// Known limit: a sync failure seen by one process is not seen by another
+// process that syncs the same object afterwards (Linux reports a writeback
+// error to the file descriptions open when it happened, and to a later one
+// only if nobody has seen it yet). Until the failing process has
+// republished the object, another process may believe it durable.
+package pool

@@ -1,0 +1,537 @@
+package pool
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"wsfs/internal/vfs"
+)
+
+// Options configure a Pool. The zero value is valid.
+type Options struct {
+	// Logger receives warnings (objects repaired, GC races, stray files).
+	// Nil discards them.
+	Logger *slog.Logger
+	// Clock is the time source for Protect and GC. Nil means time.Now. It
+	// must agree with the file system's clock: new objects get the file
+	// system's mtime, and GC compares mtimes with Clock()-grace. Tests
+	// advance it to age objects.
+	Clock func() time.Time
+}
+
+// Names under the pool directory and prefixes of temps in tmp/.
+const (
+	objectsDir = "objects"
+	tmpDir     = "tmp"
+
+	putPrefix       = "put-"     // Put's temp, linked into place then removed
+	stagingPrefix   = "staging-" // CreateStaging
+	repairPrefix    = "repair-"  // Republish and healing
+	gravePrefix     = "gc-"      // GC's graveyard: an object being removed
+	objectPerm      = 0o444      // objects are immutable
+	dirPerm         = 0o755
+	maxCacheEntries = 1 << 20 // per cache; a full cache is cleared (costs re-verifying / re-syncing)
+)
+
+// Fan-out directory states (Pool.mu.fanout).
+const (
+	fanoutExists  uint8 = 1 << iota // this process made sure objects/<xx> exists
+	fanoutDurable                   // this process synced objects/ after objects/<xx> existed
+)
+
+// Pool is a content pool directory. Its methods are safe for concurrent use
+// by many goroutines; many processes may open the same directory.
+type Pool struct {
+	fs      vfs.FS
+	dir     string
+	objects string // dir/objects
+	tmp     string // dir/tmp
+	log     *slog.Logger
+	now     func() time.Time
+
+	mu struct {
+		sync.Mutex
+		// verified maps an ID to the inode whose bytes this process has
+		// checked against it. Keyed by inode so that a replaced file is
+		// checked again.
+		verified map[ID]fileKey
+		// durable maps an ID to the inode this process synced, together
+		// with its directory entry. SyncObjects skips an ID only while the
+		// same inode is still under the name: GC in another process may
+		// have removed the object and someone may have published an
+		// unsynced copy since.
+		durable map[ID]fileKey
+		// corrupt holds IDs whose object failed verification here; the next
+		// Put or PublishStaging of that content repairs it.
+		corrupt map[ID]struct{}
+		// fanout is the state of objects/<xx> for each first byte xx.
+		fanout [256]uint8
+	}
+}
+
+// fileKey identifies an inode.
+type fileKey struct{ dev, ino uint64 }
+
+// keyOf returns the inode identity of fi. It reports false when the file
+// system does not expose one (in-memory file systems); then the caches never
+// hit and every Open verifies and every drain syncs, which is correct, only
+// slower.
+func keyOf(fi os.FileInfo) (fileKey, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileKey{}, false
+	}
+	return fileKey{dev: uint64(st.Dev), ino: st.Ino}, true
+}
+
+// Open opens the pool in dir, creating dir/objects and dir/tmp if needed and
+// syncing dir (so both survive a crash). It also syncs dir/objects once, so
+// that every fan-out directory existing now is known durable. These syncs
+// happen once per process, never in a commit.
+func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
+	p := &Pool{
+		fs:      fsys,
+		dir:     dir,
+		objects: filepath.Join(dir, objectsDir),
+		tmp:     filepath.Join(dir, tmpDir),
+		log:     opts.Logger,
+		now:     opts.Clock,
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.mu.verified = make(map[ID]fileKey)
+	p.mu.durable = make(map[ID]fileKey)
+	p.mu.corrupt = make(map[ID]struct{})
+
+	for _, d := range []string{p.objects, p.tmp} {
+		if err := fsys.MkdirAll(d, dirPerm); err != nil {
+			return nil, fmt.Errorf("pool: open %s: create %s: %w", dir, d, err)
+		}
+	}
+	if err := vfs.SyncDir(fsys, dir); err != nil {
+		return nil, fmt.Errorf("pool: open %s: %w", dir, err)
+	}
+	names, err := fsys.List(p.objects)
+	if err != nil {
+		return nil, fmt.Errorf("pool: open %s: list fan-out directories: %w", dir, err)
+	}
+	if err := vfs.SyncDir(fsys, p.objects); err != nil {
+		return nil, fmt.Errorf("pool: open %s: %w", dir, err)
+	}
+	for _, name := range names {
+		if b, ok := parseFanout(name); ok {
+			p.mu.fanout[b] = fanoutExists | fanoutDurable
+		}
+	}
+	return p, nil
+}
+
+// Dir returns the pool directory.
+func (p *Pool) Dir() string { return p.dir }
+
+// Path returns the file name of object id (whether or not it exists).
+func (p *Pool) Path(id ID) string {
+	s := id.String()
+	return filepath.Join(p.objects, s[:2], s)
+}
+
+func (p *Pool) fanoutDir(id ID) string {
+	return filepath.Join(p.objects, hex.EncodeToString(id[:1]))
+}
+
+// parseFanout parses a fan-out directory name (two lowercase hex digits).
+func parseFanout(name string) (byte, bool) {
+	if len(name) != 2 || !isLowerHex(name) {
+		return 0, false
+	}
+	b, err := hex.DecodeString(name)
+	if err != nil {
+		return 0, false
+	}
+	return b[0], true
+}
+
+// ensureFanout makes sure objects/<xx> exists for id.
+func (p *Pool) ensureFanout(id ID) error {
+	p.mu.Lock()
+	st := p.mu.fanout[id[0]]
+	p.mu.Unlock()
+	if st&fanoutExists != 0 {
+		return nil
+	}
+	d := p.fanoutDir(id)
+	if err := p.fs.MkdirAll(d, dirPerm); err != nil {
+		return fmt.Errorf("pool: create fan-out directory %s: %w", d, err)
+	}
+	p.mu.Lock()
+	p.mu.fanout[id[0]] |= fanoutExists
+	p.mu.Unlock()
+	return nil
+}
+
+// createTemp creates a fresh file POOL/tmp/<prefix><random>.
+func (p *Pool) createTemp(prefix string) (vfs.File, string, error) {
+	for range 10 {
+		var b [12]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, "", fmt.Errorf("pool: temp name: %w", err)
+		}
+		name := filepath.Join(p.tmp, prefix+hex.EncodeToString(b[:]))
+		f, err := p.fs.CreateExcl(name, objectPerm)
+		if err == nil {
+			return f, name, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, "", fmt.Errorf("pool: create temp in %s: %w", p.tmp, err)
+		}
+	}
+	return nil, "", fmt.Errorf("pool: could not create a unique temp in %s after 10 tries", p.tmp)
+}
+
+// removeTemp removes a temp, logging (not returning) a failure: a leftover
+// temp is harmless and GC removes it after the grace period.
+func (p *Pool) removeTemp(name string) {
+	if err := p.fs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		p.log.Warn("pool: could not remove temp; GC will remove it later", "path", name, "err", err)
+	}
+}
+
+// Put stores data and returns its ID. If the object already exists, Put
+// protects it from GC (see Protect) and reports dedup=true. Otherwise it
+// publishes a new object (temp in POOL/tmp, then link-if-absent into place;
+// see the package doc). Nothing is synced: the caller must include id in
+// its drain set (SyncObjects) in both cases.
+//
+// If the existing object is known to be damaged (it failed verification in
+// this process, or its size differs from len(data)), Put repairs it with
+// data, durably, and reports dedup=false.
+func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
+	id = Sum(data)
+	if p.isCorrupt(id) {
+		return id, false, p.repairFromBytes(id, data, "it failed verification earlier")
+	}
+	dedup, err = p.protectExisting(id, int64(len(data)))
+	if err != nil || dedup {
+		if errors.Is(err, errWrongSize) {
+			return id, false, p.repairFromBytes(id, data, err.Error())
+		}
+		return id, dedup, err
+	}
+
+	f, tmp, err := p.createTemp(putPrefix)
+	if err != nil {
+		return id, false, err
+	}
+	_, werr := f.Write(data)
+	var key fileKey
+	var keyOK bool
+	if werr == nil {
+		var fi os.FileInfo
+		if fi, werr = f.Stat(); werr == nil {
+			key, keyOK = keyOf(fi)
+		}
+	}
+	cerr := f.Close()
+	if werr == nil && cerr != nil {
+		werr = cerr
+	}
+	if werr != nil {
+		p.removeTemp(tmp)
+		return id, false, fmt.Errorf("pool: put %s: write temp %s: %w", id, tmp, werr)
+	}
+	dedup, err = p.linkIntoPlace(tmp, id, int64(len(data)))
+	if err != nil {
+		if errors.Is(err, errWrongSize) {
+			return id, false, p.repairFromTemp(id, tmp, err.Error())
+		}
+		return id, false, err
+	}
+	if !dedup && keyOK {
+		// The bytes under the name are the ones this process wrote and
+		// hashed.
+		p.mu.Lock()
+		p.setCache(p.mu.verified, id, key)
+		p.mu.Unlock()
+	}
+	return id, dedup, nil
+}
+
+// errWrongSize marks an existing object whose size differs from the
+// content being published: a damaged object, repaired by the caller.
+var errWrongSize = errors.New("existing object has the wrong size")
+
+// protectExisting protects object id if it exists. It reports whether it
+// exists; when size >= 0 and the object's size differs, it returns an error
+// wrapping errWrongSize.
+func (p *Pool) protectExisting(id ID, size int64) (bool, error) {
+	err := p.Protect(id)
+	var missing *MissingObjectError
+	if errors.As(err, &missing) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if size < 0 {
+		return true, nil
+	}
+	fi, err := p.fs.Stat(p.Path(id))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// GC removed it between Protect and Stat: it was old and
+			// unreferenced; the caller publishes a new one.
+			return false, nil
+		}
+		return false, fmt.Errorf("pool: stat object %s: %w", id, err)
+	}
+	if fi.Size() != size {
+		return true, fmt.Errorf("%w: object %s is %d bytes, content is %d bytes", errWrongSize, id, fi.Size(), size)
+	}
+	return true, nil
+}
+
+// linkIntoPlace links the temp tmp to object id's name unless the name
+// exists, then removes tmp. It reports dedup=true (and protects the object)
+// if the name existed. size is the content's size, checked against an
+// existing object (-1: do not check); on a mismatch the error wraps
+// errWrongSize and tmp is left in place for the caller's repair.
+func (p *Pool) linkIntoPlace(tmp string, id ID, size int64) (dedup bool, err error) {
+	if err := p.ensureFanout(id); err != nil {
+		p.removeTemp(tmp)
+		return false, err
+	}
+	obj := p.Path(id)
+	for attempt := 0; ; attempt++ {
+		lerr := p.fs.Link(tmp, obj)
+		if lerr == nil {
+			p.removeTemp(tmp)
+			p.mu.Lock()
+			delete(p.mu.durable, id) // a new inode: not synced yet
+			delete(p.mu.verified, id)
+			p.mu.Unlock()
+			return false, nil
+		}
+		if !errors.Is(lerr, fs.ErrExist) {
+			p.removeTemp(tmp)
+			return false, fmt.Errorf("pool: publish %s: link %s to %s: %w", id, tmp, obj, lerr)
+		}
+		// Another publisher won the race (or the object was there all
+		// along): protect its copy.
+		dedup, err := p.protectExisting(id, size)
+		if dedup || err != nil || attempt == 2 {
+			if !errors.Is(err, errWrongSize) {
+				p.removeTemp(tmp)
+			}
+			if err == nil && !dedup {
+				err = fmt.Errorf("pool: publish %s: %s keeps appearing and disappearing (concurrent GC?); retry", id, obj)
+			}
+			return dedup, err
+		}
+		// GC removed it between Link and Protect: link again.
+	}
+}
+
+// CreateStaging creates a fresh, empty file in POOL/tmp (on the objects'
+// file system) for content too large to hold in memory. Write it, compute
+// its ID (NewHasher), then PublishStaging. The file is 0444 on disk; the
+// returned File is open for reading and writing. If it is never published,
+// remove it (or GC removes it after the grace period; so do not leave it
+// unwritten for longer than that).
+func (p *Pool) CreateStaging() (f vfs.File, path string, err error) {
+	return p.createTemp(stagingPrefix)
+}
+
+// PublishStaging publishes the staging file path (from CreateStaging) as
+// object id, which the caller computed over the file's full content. The
+// staging name is gone afterwards. If the object already exists, the
+// staging file is removed and the existing object protected (dedup=true);
+// if the existing object is damaged (known corrupt here, or of another
+// size), the staging file repairs it durably. Nothing else is synced: the
+// caller adds id to its drain set.
+//
+// The caller must not write to the staging file after this call: a File it
+// still holds may now be the object itself. The ID is trusted here; the
+// first Open of the object in each process verifies it.
+func (p *Pool) PublishStaging(path string, id ID) (dedup bool, err error) {
+	if filepath.Dir(filepath.Clean(path)) != p.tmp || !hasPrefix(filepath.Base(path), stagingPrefix) {
+		return false, fmt.Errorf("pool: publish staging %s: not a staging file of this pool (want %s/%s*)", path, p.tmp, stagingPrefix)
+	}
+	fi, err := p.fs.Stat(path)
+	if err != nil {
+		return false, fmt.Errorf("pool: publish staging %s as %s: %w", path, id, err)
+	}
+	if p.isCorrupt(id) {
+		return false, p.repairFromTemp(id, path, "it failed verification earlier")
+	}
+	dedup, err = p.linkIntoPlace(path, id, fi.Size())
+	if errors.Is(err, errWrongSize) {
+		return false, p.repairFromTemp(id, path, err.Error())
+	}
+	return dedup, err
+}
+
+func hasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
+
+// Protect sets the object's mtime to now, so that GC's grace period starts
+// again: an unreferenced object survives GC for at least the grace period
+// after the last Protect. Put and PublishStaging call it on a dedup hit.
+// It returns a *MissingObjectError if the object does not exist.
+func (p *Pool) Protect(id ID) error {
+	now := p.now()
+	path := p.Path(id)
+	if err := p.fs.Chtimes(path, now, now); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return &MissingObjectError{ID: id, Path: path, Err: err}
+		}
+		return fmt.Errorf("pool: protect object %s: %w", id, err)
+	}
+	return nil
+}
+
+// Open opens object id read-only, positioned at offset 0. The first Open of
+// an object in this process reads it through and checks its hash (and again
+// whenever the file under the name was replaced); a mismatch returns a
+// *CorruptObjectError and the file is not returned. A missing object is a
+// *MissingObjectError.
+func (p *Pool) Open(id ID) (vfs.File, error) {
+	path := p.Path(id)
+	f, err := p.fs.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, &MissingObjectError{ID: id, Path: path, Err: err}
+		}
+		return nil, fmt.Errorf("pool: open object %s: %w", id, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pool: open object %s: stat: %w", id, err)
+	}
+	key, keyOK := keyOf(fi)
+	if keyOK {
+		p.mu.Lock()
+		k, ok := p.mu.verified[id]
+		p.mu.Unlock()
+		if ok && k == key {
+			return f, nil
+		}
+	}
+	h := NewHasher()
+	buf := make([]byte, 256<<10)
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, fi.Size()+1), buf); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pool: open object %s: read to verify: %w", id, err)
+	}
+	if got := h.Sum(); got != id {
+		f.Close()
+		return nil, p.corruptErr(id, path, got)
+	}
+	if keyOK {
+		p.mu.Lock()
+		p.setCache(p.mu.verified, id, key)
+		p.mu.Unlock()
+	}
+	return f, nil
+}
+
+// ReadAll returns the content of object id, verified against id (always,
+// since the bytes are in hand). Errors are as for Open.
+func (p *Pool) ReadAll(id ID) ([]byte, error) {
+	data, key, keyOK, err := p.readVerified(id)
+	if err != nil {
+		return nil, err
+	}
+	if keyOK {
+		p.mu.Lock()
+		p.setCache(p.mu.verified, id, key)
+		p.mu.Unlock()
+	}
+	return data, nil
+}
+
+// readVerified reads object id whole and checks its hash.
+func (p *Pool) readVerified(id ID) ([]byte, fileKey, bool, error) {
+	path := p.Path(id)
+	f, err := p.fs.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fileKey{}, false, &MissingObjectError{ID: id, Path: path, Err: err}
+		}
+		return nil, fileKey{}, false, fmt.Errorf("pool: read object %s: %w", id, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileKey{}, false, fmt.Errorf("pool: read object %s: stat: %w", id, err)
+	}
+	key, keyOK := keyOf(fi)
+	// Read to EOF rather than trusting the size, so a file that grew is
+	// still hashed whole.
+	data := make([]byte, 0, fi.Size()+1)
+	for {
+		n, err := f.ReadAt(data[len(data):cap(data)], int64(len(data)))
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fileKey{}, false, fmt.Errorf("pool: read object %s: %w", id, err)
+		}
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+	}
+	if got := Sum(data); got != id {
+		return nil, fileKey{}, false, p.corruptErr(id, path, got)
+	}
+	return data, key, keyOK, nil
+}
+
+// corruptErr records id as corrupt (so that the next Put of its content
+// repairs it) and returns the error.
+func (p *Pool) corruptErr(id ID, path string, got ID) error {
+	p.mu.Lock()
+	delete(p.mu.verified, id)
+	p.setCorrupt(id)
+	p.mu.Unlock()
+	err := &CorruptObjectError{ID: id, Path: path, Got: got}
+	p.log.Error("pool: corrupt object", "id", id.String(), "path", path, "hash", got.String())
+	return err
+}
+
+func (p *Pool) isCorrupt(id ID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.mu.corrupt[id]
+	return ok
+}
+
+// setCache stores m[id]=key, clearing m first if it is full. p.mu held.
+func (p *Pool) setCache(m map[ID]fileKey, id ID, key fileKey) {
+	if _, ok := m[id]; !ok && len(m) >= maxCacheEntries {
+		clear(m)
+	}
+	m[id] = key
+}
+
+// setCorrupt records id as corrupt. p.mu held.
+func (p *Pool) setCorrupt(id ID) {
+	if len(p.mu.corrupt) >= maxCacheEntries {
+		clear(p.mu.corrupt)
+	}
+	p.mu.corrupt[id] = struct{}{}
+}

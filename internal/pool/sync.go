@@ -1,0 +1,331 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"wsfs/internal/vfs"
+)
+
+// DefaultSyncParallel is the number of objects SyncObjects syncs at once
+// when called with parallel < 1. Chosen with BenchmarkSyncObjects (see its
+// doc comment for the numbers).
+const DefaultSyncParallel = 16
+
+// SyncObjects is the drain: it makes every object in ids durable, with at
+// most parallel (DefaultSyncParallel if < 1) syncs in flight.
+//
+// Steps: SyncData every object in ids (duplicates are synced once), then
+// Sync each distinct fan-out directory holding them once, and objects/
+// itself if any of those fan-out directories is not yet known durable to
+// this process (see the package doc). An object this process already made
+// durable is skipped while the same inode is still under its name. ids must
+// hold the objects the group published and the ones it deduplicated
+// against: another process may have published those and not synced them.
+//
+// On success every object in ids is durable. On any failure SyncObjects
+// returns a *SyncError naming each failed object or directory and listing
+// the objects to Republish, and marks nothing durable. A missing object is
+// reported as a *MissingObjectError inside the SyncError (Republish cannot
+// help it: the content must be Put again).
+func (p *Pool) SyncObjects(ids []ID, parallel int) error {
+	if parallel < 1 {
+		parallel = DefaultSyncParallel
+	}
+	todo := make([]ID, 0, len(ids))
+	seen := make(map[ID]struct{}, len(ids))
+	for _, id := range ids {
+		if _, dup := seen[id]; dup {
+			continue
+		}
+		seen[id] = struct{}{}
+		if !p.knownDurable(id) {
+			todo = append(todo, id)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+
+	// Phase 1: object data.
+	keys := make([]fileKey, len(todo))
+	keyOK := make([]bool, len(todo))
+	errs := make([]error, len(todo))
+	runBounded(len(todo), parallel, func(i int) {
+		keys[i], keyOK[i], errs[i] = p.syncObject(todo[i])
+	})
+	var se SyncError
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		se.Errs = append(se.Errs, err)
+		var missing *MissingObjectError
+		if !errors.As(err, &missing) {
+			se.Republish = append(se.Republish, todo[i])
+		}
+	}
+	if len(se.Errs) > 0 {
+		return &se
+	}
+
+	// Phase 2: publication directories, each once.
+	type dirJob struct {
+		path string
+		ids  []ID // the objects whose entries this sync makes durable
+	}
+	var jobs []dirJob
+	byFanout := make(map[byte]int) // first byte -> index in jobs
+	var pendingFanouts []byte      // fan-outs not yet known durable: objects/ must be synced
+	var pendingIDs []ID
+	p.mu.Lock()
+	for _, id := range todo {
+		j, ok := byFanout[id[0]]
+		if !ok {
+			j = len(jobs)
+			byFanout[id[0]] = j
+			jobs = append(jobs, dirJob{path: p.fanoutDir(id)})
+			if p.mu.fanout[id[0]]&fanoutDurable == 0 {
+				pendingFanouts = append(pendingFanouts, id[0])
+			}
+		}
+		jobs[j].ids = append(jobs[j].ids, id)
+		if p.mu.fanout[id[0]]&fanoutDurable == 0 {
+			pendingIDs = append(pendingIDs, id)
+		}
+	}
+	p.mu.Unlock()
+	if len(pendingFanouts) > 0 {
+		jobs = append(jobs, dirJob{path: p.objects, ids: pendingIDs})
+	}
+	derrs := make([]error, len(jobs))
+	runBounded(len(jobs), parallel, func(i int) {
+		derrs[i] = vfs.SyncDir(p.fs, jobs[i].path)
+	})
+	republish := make(map[ID]struct{})
+	for i, err := range derrs {
+		if err == nil {
+			continue
+		}
+		se.Errs = append(se.Errs, fmt.Errorf("pool: drain: %w (entries of %d object(s) not durable)", err, len(jobs[i].ids)))
+		for _, id := range jobs[i].ids {
+			if _, dup := republish[id]; !dup {
+				republish[id] = struct{}{}
+				se.Republish = append(se.Republish, id)
+			}
+		}
+	}
+	if len(se.Errs) > 0 {
+		return &se
+	}
+
+	p.mu.Lock()
+	for i, id := range todo {
+		if keyOK[i] {
+			p.setCache(p.mu.durable, id, keys[i])
+		}
+	}
+	for _, b := range pendingFanouts {
+		p.mu.fanout[b] |= fanoutDurable
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// knownDurable reports whether this process made object id durable and the
+// same inode is still under its name.
+func (p *Pool) knownDurable(id ID) bool {
+	p.mu.Lock()
+	k, ok := p.mu.durable[id]
+	p.mu.Unlock()
+	if !ok {
+		return false
+	}
+	fi, err := p.fs.Stat(p.Path(id))
+	if err != nil {
+		return false
+	}
+	key, keyOK := keyOf(fi)
+	return keyOK && key == k
+}
+
+// syncObject opens object id read-only and SyncData's it. It returns the
+// identity of the inode it synced.
+func (p *Pool) syncObject(id ID) (fileKey, bool, error) {
+	path := p.Path(id)
+	f, err := p.fs.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fileKey{}, false, &MissingObjectError{ID: id, Path: path, Err: err}
+		}
+		return fileKey{}, false, fmt.Errorf("pool: sync object %s: open: %w", id, err)
+	}
+	var key fileKey
+	var keyOK bool
+	fi, err := f.Stat()
+	if err == nil {
+		key, keyOK = keyOf(fi)
+		err = f.SyncData()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fileKey{}, false, fmt.Errorf("pool: sync object %s (%s): %w", id, path, err)
+	}
+	return key, keyOK, nil
+}
+
+// runBounded calls fn(0..n-1) with at most parallel calls running at once.
+func runBounded(n, parallel int, fn func(i int)) {
+	if parallel > n {
+		parallel = n
+	}
+	if parallel <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range parallel {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Republish makes object id durable again after a failed sync (SyncError's
+// Republish list): it reads the object back and verifies it (a mismatch is
+// a *CorruptObjectError: the content is lost and must be Put again from
+// another source), writes a new copy to a temp, SyncData's it, renames it
+// over the object, and syncs the fan-out directory (and objects/ if the
+// fan-out directory is not yet known durable). Only when all of that
+// succeeded is the object durable (and marked so). Any error means it is
+// not; the caller must not commit anything that references it.
+func (p *Pool) Republish(id ID) error {
+	p.mu.Lock()
+	delete(p.mu.durable, id)
+	p.mu.Unlock()
+	data, _, _, err := p.readVerified(id)
+	if err != nil {
+		return fmt.Errorf("pool: republish: %w", err)
+	}
+	return p.repairFromBytes(id, data, "republish after a failed sync")
+}
+
+// repairFromBytes durably replaces object id with data, which hashes to id.
+func (p *Pool) repairFromBytes(id ID, data []byte, reason string) error {
+	f, tmp, err := p.createTemp(repairPrefix)
+	if err != nil {
+		return fmt.Errorf("pool: repair object %s: %w", id, err)
+	}
+	_, err = f.Write(data)
+	var key fileKey
+	var keyOK bool
+	if err == nil {
+		err = f.SyncData()
+	}
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = f.Stat(); err == nil {
+			key, keyOK = keyOf(fi)
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		p.removeTemp(tmp)
+		return fmt.Errorf("pool: repair object %s (%s): write and sync new copy %s: %w", id, reason, tmp, err)
+	}
+	return p.replaceDurably(id, tmp, key, keyOK, true, reason)
+}
+
+// repairFromTemp durably replaces object id with the temp file tmp, whose
+// content the caller says hashes to id.
+func (p *Pool) repairFromTemp(id ID, tmp string, reason string) error {
+	f, err := p.fs.Open(tmp)
+	if err != nil {
+		p.removeTemp(tmp)
+		return fmt.Errorf("pool: repair object %s (%s): open %s: %w", id, reason, tmp, err)
+	}
+	var key fileKey
+	var keyOK bool
+	err = f.SyncData()
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = f.Stat(); err == nil {
+			key, keyOK = keyOf(fi)
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		p.removeTemp(tmp)
+		return fmt.Errorf("pool: repair object %s (%s): sync %s: %w", id, reason, tmp, err)
+	}
+	return p.replaceDurably(id, tmp, key, keyOK, false, reason)
+}
+
+// replaceDurably renames the synced temp tmp over object id and syncs the
+// directories that make the entry durable. On success it marks id durable
+// (and verified if the caller hashed the bytes) and no longer corrupt.
+func (p *Pool) replaceDurably(id ID, tmp string, key fileKey, keyOK, verified bool, reason string) error {
+	if err := p.ensureFanout(id); err != nil {
+		p.removeTemp(tmp)
+		return err
+	}
+	obj := p.Path(id)
+	if err := p.fs.Rename(tmp, obj); err != nil {
+		p.removeTemp(tmp)
+		return fmt.Errorf("pool: repair object %s (%s): rename %s over %s: %w", id, reason, tmp, obj, err)
+	}
+	p.mu.Lock()
+	delete(p.mu.verified, id)
+	delete(p.mu.durable, id)
+	fanDurable := p.mu.fanout[id[0]]&fanoutDurable != 0
+	p.mu.Unlock()
+	if err := vfs.SyncDir(p.fs, p.fanoutDir(id)); err != nil {
+		return fmt.Errorf("pool: repair object %s (%s): %w; the object is not durable", id, reason, err)
+	}
+	if !fanDurable {
+		if err := vfs.SyncDir(p.fs, p.objects); err != nil {
+			return fmt.Errorf("pool: repair object %s (%s): %w; the object is not durable", id, reason, err)
+		}
+	}
+	p.mu.Lock()
+	p.mu.fanout[id[0]] |= fanoutDurable
+	if keyOK {
+		p.setCache(p.mu.durable, id, key)
+		if verified {
+			p.setCache(p.mu.verified, id, key)
+		}
+	}
+	delete(p.mu.corrupt, id)
+	p.mu.Unlock()
+	p.log.Warn("pool: replaced object with a synced copy", "id", id.String(), "reason", reason)
+	return nil
+}
+
+// SyncFS is the legacy drain (--drain=syncfs): syncfs(2) on the file system
+// holding the pool, which flushes every dirty page of every process on it.
+// Not used by default. It marks nothing durable in this process's set.
+func (p *Pool) SyncFS() error {
+	if err := p.fs.SyncFS(p.dir); err != nil {
+		return fmt.Errorf("pool: syncfs %s: %w", p.dir, err)
+	}
+	return nil
+}
