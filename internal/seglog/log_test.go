@@ -1,0 +1,589 @@
+package seglog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"wsfs/internal/vfs"
+)
+
+// fsCase names a file system to run a test on.
+type fsCase struct {
+	name string
+	new  func(t testing.TB) (vfs.FS, string) // the FS and a fresh log dir
+}
+
+var fsCases = []fsCase{
+	{"os", func(t testing.TB) (vfs.FS, string) { return vfs.Default, filepath.Join(t.TempDir(), "log") }},
+	{"mem", func(t testing.TB) (vfs.FS, string) { return vfs.NewCrashableMem(), "/ws/log" }},
+}
+
+// genGroups returns n deterministic groups with record sizes in
+// [0, maxRec] and 0..maxRecs records each.
+func genGroups(seed uint64, n, maxRecs, maxRec int) [][][]byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	gs := make([][][]byte, n)
+	for i := range gs {
+		recs := make([][]byte, r.IntN(maxRecs+1))
+		for j := range recs {
+			b := make([]byte, r.IntN(maxRec+1))
+			for k := range b {
+				b[k] = byte(r.Uint32())
+			}
+			recs[j] = b
+		}
+		gs[i] = recs
+	}
+	return gs
+}
+
+func mustOpen(t testing.TB, fsys vfs.FS, dir string, opts Options) *Log {
+	t.Helper()
+	l, err := Open(fsys, dir, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// appendAll appends groups, expecting numbers first, first+1, ...
+func appendAll(t testing.TB, l *Log, first uint64, groups [][][]byte, sync bool) {
+	t.Helper()
+	for i, g := range groups {
+		n, err := l.Append(g)
+		if err != nil {
+			t.Fatalf("Append group %d: %v", first+uint64(i), err)
+		}
+		if n != first+uint64(i) {
+			t.Fatalf("Append returned group %d, want %d", n, first+uint64(i))
+		}
+		if sync {
+			if err := l.Sync(); err != nil {
+				t.Fatalf("Sync: %v", err)
+			}
+		}
+	}
+}
+
+// replayAll returns the groups after `after`, checking their numbering.
+func replayAll(t testing.TB, l *Log, after uint64) [][][]byte {
+	t.Helper()
+	var got [][][]byte
+	next := after + 1
+	err := l.Replay(after, func(g uint64, recs [][]byte) error {
+		if g != next {
+			return fmt.Errorf("replayed group %d, want %d", g, next)
+		}
+		next++
+		got = append(got, slices.Clone(recs))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Replay(%d): %v", after, err)
+	}
+	return got
+}
+
+func equalGroups(a, b [][][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			return false
+		}
+		for j := range a[i] {
+			if !bytes.Equal(a[i][j], b[i][j]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func segFiles(t testing.TB, fsys vfs.FS, dir string) []string {
+	t.Helper()
+	names, err := fsys.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var segs []string
+	for _, n := range names {
+		if _, ok := parseSegName(n); ok {
+			segs = append(segs, filepath.Join(dir, n))
+		}
+	}
+	return segs
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, fc := range fsCases {
+		for _, tc := range []struct {
+			name            string
+			segSize         int64
+			groups          int
+			maxRecs, maxRec int
+			wantMinSegs     int
+		}{
+			{"one-segment", 0, 50, 8, 300, 1},
+			{"rollover-small", 256, 60, 4, 100, 5},
+			{"rollover-every-group", 1, 20, 3, 50, 20},
+			{"empty-groups-and-records", 64, 30, 2, 0, 3},
+			{"large-records", 64 << 10, 12, 3, 40 << 10, 3},
+		} {
+			t.Run(fc.name+"/"+tc.name, func(t *testing.T) {
+				fsys, dir := fc.new(t)
+				opts := Options{SegmentSize: tc.segSize}
+				want := genGroups(uint64(tc.groups), tc.groups, tc.maxRecs, tc.maxRec)
+				l := mustOpen(t, fsys, dir, opts)
+				if l.Repaired() != nil {
+					t.Fatalf("fresh log reports repair %+v", l.Repaired())
+				}
+				half := len(want) / 2
+				appendAll(t, l, 1, want[:half], true)
+				if got := replayAll(t, l, 0); !equalGroups(got, want[:half]) {
+					t.Fatalf("replay before reopen differs")
+				}
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+
+				// Reopen: numbering continues, nothing repaired.
+				l = mustOpen(t, fsys, dir, opts)
+				if l.Repaired() != nil {
+					t.Fatalf("clean reopen reports repair %+v", l.Repaired())
+				}
+				if l.LastGroup() != uint64(half) {
+					t.Fatalf("LastGroup after reopen = %d, want %d", l.LastGroup(), half)
+				}
+				appendAll(t, l, uint64(half)+1, want[half:], false)
+				if err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				l.Close()
+
+				l = mustOpen(t, fsys, dir, opts)
+				if got := replayAll(t, l, 0); !equalGroups(got, want) {
+					t.Fatalf("replay after reopen differs (%d groups, want %d)", len(got), len(want))
+				}
+				if got := replayAll(t, l, 7); !equalGroups(got, want[7:]) {
+					t.Fatalf("Replay(7) differs")
+				}
+				if got := replayAll(t, l, uint64(len(want))); len(got) != 0 {
+					t.Fatalf("Replay(last) returned %d groups", len(got))
+				}
+				if n := len(segFiles(t, fsys, dir)); n < tc.wantMinSegs {
+					t.Fatalf("%d segments, want at least %d", n, tc.wantMinSegs)
+				}
+			})
+		}
+	}
+}
+
+func TestReplayCoverage(t *testing.T) {
+	fsys, dir := vfs.NewCrashableMem(), "/log"
+	l := mustOpen(t, fsys, dir, Options{SegmentSize: 100})
+	appendAll(t, l, 1, genGroups(1, 10, 2, 60), true)
+	var ce *CorruptError
+	if err := l.Replay(11, func(uint64, [][]byte) error { return nil }); !errors.As(err, &ce) {
+		t.Fatalf("Replay after the end of the log: got %v, want *CorruptError", err)
+	}
+	if err := l.DeleteThrough(5); err != nil {
+		t.Fatal(err)
+	}
+	if l.FirstGroup() <= 1 {
+		t.Fatalf("FirstGroup = %d after DeleteThrough(5)", l.FirstGroup())
+	}
+	if err := l.Replay(0, func(uint64, [][]byte) error { return nil }); !errors.As(err, &ce) {
+		t.Fatalf("Replay of deleted groups: got %v, want *CorruptError", err)
+	}
+	stop := errors.New("stop")
+	if err := l.Replay(l.FirstGroup()-1, func(uint64, [][]byte) error { return stop }); err != stop {
+		t.Fatalf("Replay did not return the callback's error: %v", err)
+	}
+}
+
+func TestDeleteThrough(t *testing.T) {
+	for _, fc := range fsCases {
+		t.Run(fc.name, func(t *testing.T) {
+			fsys, dir := fc.new(t)
+			opts := Options{SegmentSize: 200}
+			want := genGroups(3, 40, 3, 80)
+			l := mustOpen(t, fsys, dir, opts)
+			appendAll(t, l, 1, want, true)
+			before := segFiles(t, fsys, dir)
+			if len(before) < 4 {
+				t.Fatalf("only %d segments", len(before))
+			}
+			if err := l.DeleteThrough(0); err != nil {
+				t.Fatal(err)
+			}
+			if got := segFiles(t, fsys, dir); len(got) != len(before) {
+				t.Fatalf("DeleteThrough(0) deleted segments")
+			}
+			if err := l.DeleteThrough(20); err != nil {
+				t.Fatal(err)
+			}
+			first := l.FirstGroup()
+			if first > 21 || first <= 1 {
+				t.Fatalf("FirstGroup after DeleteThrough(20) = %d, want in (1, 21]", first)
+			}
+			if got := replayAll(t, l, 20); !equalGroups(got, want[20:]) {
+				t.Fatal("replay after DeleteThrough differs")
+			}
+			// Never the active segment, even when everything is covered.
+			if err := l.DeleteThrough(1000); err != nil {
+				t.Fatal(err)
+			}
+			segs := segFiles(t, fsys, dir)
+			if len(segs) != 1 || segs[0] != before[len(before)-1] {
+				t.Fatalf("after DeleteThrough(all): %v, want only the active %s", segs, before[len(before)-1])
+			}
+			l.Close()
+			l = mustOpen(t, fsys, dir, opts)
+			if l.LastGroup() != 40 {
+				t.Fatalf("LastGroup after reopen = %d", l.LastGroup())
+			}
+			appendAll(t, l, 41, want[:3], true)
+			got := replayAll(t, l, l.FirstGroup()-1)
+			if len(got) == 0 || !equalGroups(got[len(got)-3:], want[:3]) {
+				t.Fatal("append after deleting through the end lost groups")
+			}
+		})
+	}
+}
+
+// writeSegments builds a log in a MemFS and returns the bytes of its
+// segments, in order, plus the offsets at which each group's frames start
+// in its segment (ends[i] = end offset of group i+1).
+func buildLog(t testing.TB, segSize int64, groups [][][]byte) (segs [][]byte, groupSeg []int, groupStart, groupEnd []int64) {
+	t.Helper()
+	fsys, dir := vfs.NewCrashableMem(), "/log"
+	l := mustOpen(t, fsys, dir, Options{SegmentSize: segSize})
+	for _, g := range groups {
+		before := len(l.segs)
+		start := l.segs[len(l.segs)-1].size
+		if _, err := l.Append(g); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.segs) != before {
+			start = segHeaderLen
+		}
+		groupSeg = append(groupSeg, len(l.segs)-1)
+		groupStart = append(groupStart, start)
+		groupEnd = append(groupEnd, l.segs[len(l.segs)-1].size)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range segFiles(t, fsys, dir) {
+		b, err := readFile(fsys, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		segs = append(segs, b)
+	}
+	return segs, groupSeg, groupStart, groupEnd
+}
+
+// memLog writes segment contents into a fresh MemFS as segments 1..n.
+func memLog(t testing.TB, segs [][]byte) (vfs.FS, string) {
+	t.Helper()
+	fsys, dir := vfs.NewCrashableMem(), "/log"
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range segs {
+		f, err := fsys.Create(filepath.Join(dir, segName(uint64(i+1))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	return fsys, dir
+}
+
+// TestTornTailEveryOffset cuts the last segment at every byte of its last
+// group (and of the header of a fresh last segment): Open must repair to
+// exactly the complete groups.
+func TestTornTailEveryOffset(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		segSize int64
+		groups  [][][]byte
+	}{
+		{"single-segment", 0, genGroups(5, 6, 4, 40)},
+		{"last-group-alone-in-new-segment", 150, genGroups(6, 8, 3, 50)},
+		{"empty-last-group", 0, append(genGroups(7, 3, 2, 20), nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			segs, gseg, gstart, gend := buildLog(t, tc.segSize, tc.groups)
+			last := len(tc.groups) - 1
+			if gseg[last] != len(segs)-1 {
+				t.Fatal("last group not in last segment")
+			}
+			for cut := gstart[last]; cut < gend[last]; cut++ {
+				torn := slices.Clone(segs)
+				torn[len(torn)-1] = torn[len(torn)-1][:cut]
+				fsys, dir := memLog(t, torn)
+				l, err := Open(fsys, dir, Options{SegmentSize: tc.segSize})
+				if err != nil {
+					t.Fatalf("cut at %d: Open: %v", cut, err)
+				}
+				rep := l.Repaired()
+				if cut == gstart[last] {
+					if rep != nil {
+						t.Fatalf("cut at a group boundary %d: reported repair %+v", cut, rep)
+					}
+				} else if rep == nil || rep.Offset != gstart[last] || rep.DroppedBytes != cut-gstart[last] {
+					t.Fatalf("cut at %d: Repaired = %+v, want Offset %d DroppedBytes %d", cut, rep, gstart[last], cut-gstart[last])
+				}
+				if got := replayAll(t, l, 0); !equalGroups(got, tc.groups[:last]) {
+					t.Fatalf("cut at %d: replayed %d groups, want the %d complete ones", cut, len(got), last)
+				}
+				st, err := fsys.Stat(filepath.Join(dir, segName(uint64(len(segs)))))
+				if err != nil || st.Size() != gstart[last] {
+					t.Fatalf("cut at %d: segment not truncated to %d: %v %v", cut, gstart[last], st, err)
+				}
+				// The repaired log takes the lost group's number again.
+				if g, err := l.Append(tc.groups[last]); err != nil || g != uint64(last+1) {
+					t.Fatalf("cut at %d: Append after repair = %d, %v", cut, g, err)
+				}
+				if err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				l.Close()
+				l2 := mustOpen(t, fsys, dir, Options{SegmentSize: tc.segSize})
+				if got := replayAll(t, l2, 0); !equalGroups(got, tc.groups) || l2.Repaired() != nil {
+					t.Fatalf("cut at %d: reopen after repair and append differs", cut)
+				}
+			}
+		})
+	}
+}
+
+// TestTornHeader: a crash while creating a segment leaves a last segment
+// with a short or garbage header; Open rewrites it.
+func TestTornHeader(t *testing.T) {
+	groups := genGroups(8, 5, 3, 60)
+	segs, _, _, _ := buildLog(t, 120, groups)
+	fresh := segHeader{seq: uint64(len(segs) + 1), firstGroup: uint64(len(groups) + 1)}.encode()
+	for cut := 0; cut < segHeaderLen; cut++ {
+		for _, variant := range []string{"short", "zeros"} {
+			last := fresh[:cut]
+			if variant == "zeros" {
+				last = make([]byte, segHeaderLen+cut)
+			}
+			fsys, dir := memLog(t, append(slices.Clone(segs), last))
+			l, err := Open(fsys, dir, Options{SegmentSize: 120})
+			if err != nil {
+				t.Fatalf("%s header of %d bytes: %v", variant, cut, err)
+			}
+			if rep := l.Repaired(); rep == nil || rep.DroppedBytes != int64(len(last)) {
+				t.Fatalf("%s header of %d bytes: Repaired = %+v", variant, cut, rep)
+			}
+			if got := replayAll(t, l, 0); !equalGroups(got, groups) {
+				t.Fatalf("%s header of %d bytes: replay differs", variant, cut)
+			}
+			if g, err := l.Append(groups[0]); err != nil || g != uint64(len(groups)+1) {
+				t.Fatalf("Append after header repair: %d %v", g, err)
+			}
+			l.Close()
+		}
+	}
+	// The very first segment, empty: the log starts over at group 1.
+	fsys, dir := memLog(t, [][]byte{nil})
+	l := mustOpen(t, fsys, dir, Options{})
+	if l.Repaired() == nil || l.LastGroup() != 0 {
+		t.Fatalf("empty first segment: Repaired %+v LastGroup %d", l.Repaired(), l.LastGroup())
+	}
+	if g, err := l.Append(nil); err != nil || g != 1 {
+		t.Fatalf("Append: %d %v", g, err)
+	}
+}
+
+// frameStarts returns the offset of every frame in a well-formed segment.
+func frameStarts(t testing.TB, b []byte) []int64 {
+	var offs []int64
+	for off := segHeaderLen; off < len(b); {
+		f, ok, reason := parseFrame(b[off:])
+		if !ok {
+			t.Fatalf("frameStarts: %s at %d", reason, off)
+		}
+		offs = append(offs, int64(off))
+		off += f.size
+	}
+	return offs
+}
+
+// damageOffset is where Open must report a change at byte i: the header
+// for a byte of the header, else the start of the frame holding it.
+func damageOffset(starts []int64, i int64) int64 {
+	if i < segHeaderLen {
+		return 0
+	}
+	at := int64(0)
+	for _, s := range starts {
+		if s <= i {
+			at = s
+		}
+	}
+	return at
+}
+
+// TestBitFlipSealedSegment flips one bit in every byte of a sealed segment:
+// always a CorruptError naming that segment and the damaged frame.
+func TestBitFlipSealedSegment(t *testing.T) {
+	groups := genGroups(9, 12, 3, 20)
+	segs, _, _, _ := buildLog(t, 150, groups)
+	if len(segs) < 3 {
+		t.Fatalf("want at least 3 segments, got %d", len(segs))
+	}
+	for si := 0; si < len(segs)-1; si++ {
+		starts := frameStarts(t, segs[si])
+		for i := range int64(len(segs[si])) {
+			bit := byte(1) << (i % 8)
+			bad := slices.Clone(segs)
+			bad[si] = slices.Clone(bad[si])
+			bad[si][i] ^= bit
+			fsys, dir := memLog(t, bad)
+			_, err := Open(fsys, dir, Options{SegmentSize: 150})
+			var ce *CorruptError
+			if !errors.As(err, &ce) {
+				t.Fatalf("segment %d byte %d flipped: Open = %v, want *CorruptError", si+1, i, err)
+			}
+			wantSeg := filepath.Join(dir, segName(uint64(si+1)))
+			if ce.Segment != wantSeg || ce.Offset != damageOffset(starts, i) {
+				t.Fatalf("segment %d byte %d flipped: error names %s offset %d, want %s offset %d (%v)",
+					si+1, i, ce.Segment, ce.Offset, wantSeg, damageOffset(starts, i), err)
+			}
+			// Nothing was modified.
+			after, _ := readFile(fsys, wantSeg)
+			if !bytes.Equal(after, bad[si]) {
+				t.Fatalf("Open modified a corrupt sealed segment")
+			}
+		}
+	}
+}
+
+// TestBitFlipLastSegment: damage in the last segment followed by a valid
+// later commit marker is corruption; damage in the last commit marker
+// alone is a torn tail.
+func TestBitFlipLastSegment(t *testing.T) {
+	groups := genGroups(10, 6, 3, 30)
+	segs, _, gstart, _ := buildLog(t, 0, groups)
+	seg := segs[0]
+	starts := frameStarts(t, seg)
+	lastCommit := starts[len(starts)-1]
+	for i := int64(0); i < int64(len(seg)); i++ {
+		bad := slices.Clone(seg)
+		bad[i] ^= 0x10
+		fsys, dir := memLog(t, [][]byte{bad})
+		l, err := Open(fsys, dir, Options{})
+		if i >= lastCommit {
+			if err != nil {
+				t.Fatalf("byte %d of the last commit marker flipped: %v, want torn tail", i, err)
+			}
+			if rep := l.Repaired(); rep == nil || rep.Offset != gstart[len(groups)-1] {
+				t.Fatalf("byte %d flipped: Repaired = %+v", i, rep)
+			}
+			if got := replayAll(t, l, 0); !equalGroups(got, groups[:len(groups)-1]) {
+				t.Fatalf("byte %d flipped: replay differs", i)
+			}
+			l.Close()
+			continue
+		}
+		var ce *CorruptError
+		if !errors.As(err, &ce) {
+			t.Fatalf("byte %d flipped: Open = %v, want *CorruptError", i, err)
+		}
+		if ce.Offset != damageOffset(starts, i) {
+			t.Fatalf("byte %d flipped: offset %d, want %d", i, ce.Offset, damageOffset(starts, i))
+		}
+	}
+}
+
+func TestStructuralCorruption(t *testing.T) {
+	groups := genGroups(11, 10, 2, 40)
+	segs, _, _, _ := buildLog(t, 100, groups)
+	if len(segs) < 4 {
+		t.Fatalf("want at least 4 segments, got %d", len(segs))
+	}
+	var ce *CorruptError
+	t.Run("missing-middle-segment", func(t *testing.T) {
+		fsys, dir := memLog(t, segs)
+		if err := fsys.Remove(filepath.Join(dir, segName(2))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(fsys, dir, Options{}); !errors.As(err, &ce) || ce.Segment != filepath.Join(dir, segName(2)) {
+			t.Fatalf("Open = %v, want *CorruptError naming segment 2", err)
+		}
+	})
+	t.Run("group-gap", func(t *testing.T) {
+		// Segment 2 rewritten to start one group later than segment 1 ends.
+		bad := slices.Clone(segs)
+		s2 := slices.Clone(bad[1])
+		h, _, _ := decodeHeader(s2)
+		h.firstGroup++
+		copy(s2, h.encode())
+		bad[1] = s2
+		fsys, dir := memLog(t, bad)
+		if _, err := Open(fsys, dir, Options{}); !errors.As(err, &ce) || ce.Segment != filepath.Join(dir, segName(2)) || ce.Offset != 0 {
+			t.Fatalf("Open = %v, want *CorruptError at segment 2 offset 0", err)
+		}
+	})
+	t.Run("wrong-seq-in-header", func(t *testing.T) {
+		bad := slices.Clone(segs)
+		bad[0], bad[1] = bad[1], bad[0]
+		fsys, dir := memLog(t, bad)
+		if _, err := Open(fsys, dir, Options{}); !errors.As(err, &ce) {
+			t.Fatalf("Open = %v, want *CorruptError", err)
+		}
+	})
+	t.Run("unknown-version", func(t *testing.T) {
+		bad := slices.Clone(segs)
+		s := slices.Clone(bad[len(bad)-1])
+		s[8] = 2
+		binaryPutHeaderCRC(s)
+		bad[len(bad)-1] = s
+		fsys, dir := memLog(t, bad)
+		if _, err := Open(fsys, dir, Options{}); !errors.As(err, &ce) || ce.Offset != 0 {
+			t.Fatalf("Open = %v, want *CorruptError (unknown version is never a torn tail)", err)
+		}
+	})
+	t.Run("first-segment-deleted-torn-header", func(t *testing.T) {
+		// Segment 1 gone (DeleteThrough), segment 2 has a bad header: the
+		// first group number cannot be known.
+		fsys, dir := memLog(t, [][]byte{nil, {1, 2, 3}})
+		if err := fsys.Remove(filepath.Join(dir, segName(1))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(fsys, dir, Options{}); !errors.As(err, &ce) {
+			t.Fatalf("Open = %v, want *CorruptError", err)
+		}
+	})
+	t.Run("message-says-what-to-do", func(t *testing.T) {
+		msg := (&CorruptError{Segment: "x.seg", Offset: 7, Reason: "r"}).Error()
+		for _, s := range []string{"x.seg", "offset 7", "will not guess", "aside"} {
+			if !bytes.Contains([]byte(msg), []byte(s)) {
+				t.Errorf("CorruptError message %q lacks %q", msg, s)
+			}
+		}
+	})
+}
+
+// binaryPutHeaderCRC recomputes a segment header's CRC after an edit.
+func binaryPutHeaderCRC(s []byte) {
+	binary.LittleEndian.PutUint32(s[28:], crc32.Checksum(s[:28], castagnoli))
+}
