@@ -1,0 +1,204 @@
+// Package metrics holds the Prometheus collectors of one wsfs daemon: FUSE
+// operation counts and latencies, group commit sizes and latencies, and the
+// engine's byte counters, served on /metrics by Serve.
+//
+// Every daemon has its own registry (no global state), so tests and the
+// stress harness can run several in one process. All methods are safe for
+// concurrent use; a nil *Metrics and a nil *Op are valid and record nothing,
+// so callers need no "metrics enabled" branches.
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"wsfs/internal/commit"
+)
+
+// latencyBuckets span a FUSE round trip (~20 us) to a slow disk sync (seconds).
+var latencyBuckets = prometheus.ExponentialBuckets(10e-6, 2.5, 14) // 10us .. ~1.5s
+
+// Metrics is the set of collectors of one daemon.
+type Metrics struct {
+	// Registry holds every collector below plus the Go runtime and process
+	// collectors.
+	Registry *prometheus.Registry
+
+	ops       *prometheus.CounterVec
+	opErrors  *prometheus.CounterVec
+	opLatency *prometheus.HistogramVec
+
+	groupRecords prometheus.Histogram
+	groupObjects prometheus.Histogram
+	drain        prometheus.Histogram
+	logSync      prometheus.Histogram
+	lastGroup    prometheus.Gauge
+
+	labels     prometheus.Labels
+	engineOnce sync.Once
+}
+
+// New creates the collectors, labelled with the workspace name.
+func New(workspace string) *Metrics {
+	reg := prometheus.NewRegistry()
+	labels := prometheus.Labels{"workspace": workspace}
+	m := &Metrics{
+		Registry: reg,
+		labels:   labels,
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsfs_fuse_ops_total", Help: "FUSE requests served, by operation.", ConstLabels: labels,
+		}, []string{"op"}),
+		opErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsfs_fuse_op_errors_total", Help: "FUSE requests answered with an error other than ENOENT, by operation.", ConstLabels: labels,
+		}, []string{"op"}),
+		opLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "wsfs_fuse_op_seconds", Help: "Time to serve a FUSE request in the daemon (excludes the kernel round trip), by operation.",
+			ConstLabels: labels, Buckets: latencyBuckets,
+		}, []string{"op"}),
+		groupRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wsfs_commit_group_records", Help: "Records per committed group.", ConstLabels: labels,
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12), // 1 .. 2048
+		}),
+		groupObjects: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wsfs_commit_group_objects", Help: "Distinct pool objects drained per committed group.", ConstLabels: labels,
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		drain: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wsfs_commit_drain_seconds", Help: "Time to drain a group (sync its objects and their directories, or syncfs in the legacy mode).",
+			ConstLabels: labels, Buckets: latencyBuckets,
+		}),
+		logSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wsfs_commit_log_sync_seconds", Help: "Time to append a group to the log and sync it.",
+			ConstLabels: labels, Buckets: latencyBuckets,
+		}),
+		lastGroup: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wsfs_commit_last_group", Help: "Number of the last committed group.", ConstLabels: labels,
+		}),
+	}
+	reg.MustRegister(m.ops, m.opErrors, m.opLatency, m.groupRecords, m.groupObjects, m.drain, m.logSync, m.lastGroup,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Op is the collectors of one FUSE operation, resolved once so that the hot
+// path does no label lookups.
+type Op struct {
+	count   prometheus.Counter
+	errs    prometheus.Counter
+	latency prometheus.Observer
+}
+
+// Op returns the collectors of the FUSE operation name (e.g. "LOOKUP").
+func (m *Metrics) Op(name string) *Op {
+	if m == nil {
+		return nil
+	}
+	return &Op{
+		count:   m.ops.WithLabelValues(name),
+		errs:    m.opErrors.WithLabelValues(name),
+		latency: m.opLatency.WithLabelValues(name),
+	}
+}
+
+// Done records one request that started at start; failed counts it as an
+// error.
+func (o *Op) Done(start time.Time, failed bool) {
+	if o == nil {
+		return
+	}
+	o.count.Inc()
+	if failed {
+		o.errs.Inc()
+	}
+	o.latency.Observe(time.Since(start).Seconds())
+}
+
+// GroupCommitted implements commit.Observer.
+func (m *Metrics) GroupCommitted(s commit.GroupStats) {
+	if m == nil {
+		return
+	}
+	m.groupRecords.Observe(float64(s.Records))
+	m.groupObjects.Observe(float64(s.Objects))
+	m.drain.Observe(s.Drain.Seconds())
+	m.logSync.Observe(s.LogSync.Seconds())
+	m.lastGroup.Set(float64(s.Group))
+}
+
+var _ commit.Observer = (*Metrics)(nil)
+
+// EngineStats are the engine's counters, read at scrape time.
+type EngineStats struct {
+	Pending      int    // records enqueued and not yet durable
+	LastGroup    uint64 // last committed group
+	BytesInline  uint64 // file bytes stored inline in log records
+	BytesPooled  uint64 // file bytes published as new pool objects
+	BytesDeduped uint64 // file bytes that matched an existing pool object
+}
+
+// WatchEngine registers gauges and counters that call stats at every
+// scrape. stats must be cheap and safe for concurrent use. Only the first
+// call has an effect.
+func (m *Metrics) WatchEngine(stats func() EngineStats) {
+	if m == nil {
+		return
+	}
+	m.engineOnce.Do(func() {
+		c := func(name, help string, v func(EngineStats) float64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: m.labels},
+				func() float64 { return v(stats()) })
+		}
+		g := func(name, help string, v func(EngineStats) float64) prometheus.Collector {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: m.labels},
+				func() float64 { return v(stats()) })
+		}
+		m.Registry.MustRegister(
+			g("wsfs_commit_pending_records", "Records enqueued and not yet durable.", func(s EngineStats) float64 { return float64(s.Pending) }),
+			g("wsfs_engine_last_group", "Last committed group as the engine reports it.", func(s EngineStats) float64 { return float64(s.LastGroup) }),
+			c("wsfs_bytes_inline_total", "File bytes stored inline in log records.", func(s EngineStats) float64 { return float64(s.BytesInline) }),
+			c("wsfs_bytes_pooled_total", "File bytes published as new pool objects.", func(s EngineStats) float64 { return float64(s.BytesPooled) }),
+			c("wsfs_bytes_deduplicated_total", "File bytes that matched an existing pool object.", func(s EngineStats) float64 { return float64(s.BytesDeduped) }),
+		)
+	})
+}
+
+// Server is a running /metrics endpoint.
+type Server struct {
+	srv  *http.Server
+	addr string
+	done chan error
+}
+
+// Serve listens on addr (host:port; port 0 picks one) and serves the
+// registry on /metrics until Close.
+func (m *Metrics) Serve(addr string) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr().String(), done: make(chan error, 1)}
+	go func() { s.done <- s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Addr is the address the endpoint listens on.
+func (s *Server) Addr() string { return s.addr }
+
+// Close stops the endpoint.
+func (s *Server) Close() error {
+	err := s.srv.Close()
+	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
