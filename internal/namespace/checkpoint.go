@@ -1,0 +1,302 @@
+package namespace
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sort"
+)
+
+// Checkpoint format (frozen, version 1; integers are uvarints, times zigzag
+// varints, str/bytes a uvarint length then the bytes):
+//
+//	checkpoint = magic:"WSFSNS\x00\x01" version nextIno count inode*count crc32c:u32le
+//	inode      = ino mode nlink uid gid rdev size atime mtime ctime
+//	             kind:u8 (0: inline:bytes | 1: object:[32]u8 | 2: none)
+//	             target:str nxattr (name:str value:bytes)*nxattr
+//	             nentries (name:str ino)*nentries
+//
+// Inodes appear in increasing number; entries and xattrs in name order, so
+// equal trees encode to equal bytes. The CRC (Castagnoli) covers everything
+// before it. Orphans are never written (nlink 0 inodes are skipped).
+const (
+	checkpointMagic   = "WSFSNS\x00\x01"
+	checkpointVersion = 1
+	contentNone       = 2
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrBadCheckpoint is wrapped by every checkpoint decoding error.
+var ErrBadCheckpoint = errors.New("malformed namespace checkpoint")
+
+// EncodeCheckpoint returns the whole tree in checkpoint form. The caller
+// must keep the tree still while it runs (the durable shadow is only
+// changed by the committer goroutine that also calls this).
+func (t *Tree) EncodeCheckpoint() []byte {
+	t.mu.RLock()
+	inos := make([]Ino, 0, len(t.mu.inodes))
+	for ino, n := range t.mu.inodes {
+		if n.Nlink > 0 {
+			inos = append(inos, ino)
+		}
+	}
+	next := t.mu.nextIno
+	t.mu.RUnlock()
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	b := []byte(checkpointMagic)
+	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	s := func(v []byte) { u(uint64(len(v))); b = append(b, v...) }
+	tm := func(v int64) { b = binary.AppendVarint(b, v) }
+	u(checkpointVersion)
+	u(uint64(next))
+	u(uint64(len(inos)))
+	for _, ino := range inos {
+		n := t.Get(ino)
+		u(uint64(n.Ino))
+		u(uint64(n.Mode))
+		u(uint64(n.Nlink))
+		u(uint64(n.Uid))
+		u(uint64(n.Gid))
+		u(uint64(n.Rdev))
+		u(n.Size)
+		tm(n.Atime)
+		tm(n.Mtime)
+		tm(n.Ctime)
+		switch {
+		case !n.IsReg():
+			b = append(b, contentNone)
+		case n.Content.IsObject:
+			b = append(b, contentObject)
+			b = append(b, n.Content.Object[:]...)
+		default:
+			b = append(b, contentInline)
+			s(n.Content.Inline)
+		}
+		s([]byte(n.Target))
+		u(uint64(len(n.Xattrs)))
+		for _, k := range sortedKeys(n.Xattrs) {
+			s([]byte(k))
+			s(n.Xattrs[k])
+		}
+		u(uint64(len(n.Entries)))
+		for _, k := range sortedKeys(n.Entries) {
+			s([]byte(k))
+			u(uint64(n.Entries[k]))
+		}
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// DecodeCheckpoint rebuilds a tree from EncodeCheckpoint output. It checks
+// the CRC and the tree's structure (every entry names an inode, every
+// directory has one parent, nlink counts agree) and never panics. Inline
+// contents and xattr values alias data.
+func DecodeCheckpoint(data []byte) (*Tree, error) {
+	fail := func(format string, args ...any) (*Tree, error) {
+		return nil, fmt.Errorf("%w: %s", ErrBadCheckpoint, fmt.Sprintf(format, args...))
+	}
+	if len(data) < len(checkpointMagic)+4 || string(data[:len(checkpointMagic)]) != checkpointMagic {
+		return fail("bad magic (not a wsfs namespace checkpoint)")
+	}
+	body := data[:len(data)-4]
+	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(data[len(data)-4:]); got != want {
+		return fail("checksum mismatch (crc32c %08x, stored %08x)", got, want)
+	}
+	d := &decoder{b: body[len(checkpointMagic):]}
+	if v := d.uvarint("version"); d.err == nil && v != checkpointVersion {
+		return fail("version %d, this wsfs reads version %d", v, checkpointVersion)
+	}
+	next := d.ino("next ino")
+	count := d.uvarint("inode count")
+	if d.err == nil && count > uint64(len(d.b)) {
+		return fail("inode count %d exceeds the data", count)
+	}
+	t := &Tree{}
+	t.mu.inodes = make(map[Ino]*Inode, count)
+	var prev Ino
+	for i := uint64(0); i < count && d.err == nil; i++ {
+		n := &Inode{Ino: d.ino("ino")}
+		if d.err == nil && (n.Ino <= prev || n.Ino == 0) {
+			return fail("inode %d out of order", n.Ino)
+		}
+		prev = n.Ino
+		n.Mode = d.u32("mode")
+		n.Nlink = d.u32("nlink")
+		n.Uid = d.u32("uid")
+		n.Gid = d.u32("gid")
+		n.Rdev = d.u32("rdev")
+		n.Size = d.uvarint("size")
+		n.Atime = d.varint("atime")
+		n.Mtime = d.varint("mtime")
+		n.Ctime = d.varint("ctime")
+		switch k := d.byte1("content kind"); k {
+		case contentInline:
+			n.Content.Inline = d.bytes("inline content", -1)
+			if d.err == nil && uint64(len(n.Content.Inline)) != n.Size {
+				return fail("inode %d: inline content of %d bytes for size %d", n.Ino, len(n.Content.Inline), n.Size)
+			}
+		case contentObject:
+			n.Content.IsObject = true
+			n.Content.Object = d.fixed32("object id")
+		case contentNone:
+		default:
+			d.fail(fmt.Sprintf("unknown content kind %d", k))
+		}
+		n.Target = d.str("target", MaxTarget)
+		if nx := d.uvarint("xattr count"); nx > 0 && d.err == nil {
+			if nx > uint64(len(d.b)) {
+				return fail("inode %d: xattr count %d exceeds the data", n.Ino, nx)
+			}
+			n.Xattrs = make(map[string][]byte, nx)
+			for j := uint64(0); j < nx && d.err == nil; j++ {
+				k := d.str("xattr name", MaxNameLen)
+				n.Xattrs[k] = d.bytes("xattr value", MaxXattrVal)
+			}
+		}
+		ne := d.uvarint("entry count")
+		if n.Mode&S_IFMT == S_IFDIR {
+			if ne > uint64(len(d.b)) {
+				return fail("inode %d: entry count %d exceeds the data", n.Ino, ne)
+			}
+			n.Entries = make(map[string]Ino, ne)
+		} else if ne != 0 && d.err == nil {
+			return fail("non-directory inode %d has %d entries", n.Ino, ne)
+		}
+		for j := uint64(0); j < ne && d.err == nil; j++ {
+			k := d.str("entry name", MaxNameLen)
+			n.Entries[k] = d.ino("entry ino")
+		}
+		if d.err == nil {
+			t.mu.inodes[n.Ino] = n
+		}
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadCheckpoint, d.err)
+	}
+	if len(d.b) != 0 {
+		return fail("%d trailing bytes", len(d.b))
+	}
+	if next <= prev {
+		return fail("next inode %d not above the largest inode %d", next, prev)
+	}
+	t.mu.nextIno = next
+	if err := checkTree(t.mu.inodes, true); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadCheckpoint, err)
+	}
+	return t, nil
+}
+
+// checkTree verifies the structural invariants of a table: every entry
+// names an existing inode, every directory but the root is named exactly
+// once, every non-directory's nlink equals the number of entries naming it,
+// directory nlink is 2 + subdirectories, and every inode is reachable from
+// the root. With setParent it fills in directory Parent fields (decoding);
+// otherwise it verifies them.
+func checkTree(inodes map[Ino]*Inode, setParent bool) error {
+	root := inodes[RootIno]
+	if root == nil || !root.IsDir() {
+		return errors.New("no root directory")
+	}
+	if setParent {
+		root.Parent = RootIno
+	} else if root.Parent != RootIno {
+		return errors.New("root's parent is not itself")
+	}
+	links := make(map[Ino]uint32, len(inodes))
+	for _, n := range inodes {
+		if n.Nlink == 0 {
+			return fmt.Errorf("inode %d has nlink 0", n.Ino)
+		}
+		if n.IsDir() && n.Entries == nil {
+			if !setParent {
+				return fmt.Errorf("directory %d has no entry map", n.Ino)
+			}
+			n.Entries = map[string]Ino{}
+		}
+		if !n.IsDir() && len(n.Entries) != 0 {
+			return fmt.Errorf("non-directory %d has entries", n.Ino)
+		}
+		subdirs := uint32(0)
+		for name, c := range n.Entries {
+			child := inodes[c]
+			if child == nil {
+				return fmt.Errorf("entry %q of directory %d names missing inode %d", name, n.Ino, c)
+			}
+			if c == RootIno {
+				return fmt.Errorf("entry %q of directory %d names the root", name, n.Ino)
+			}
+			links[c]++
+			if child.IsDir() {
+				subdirs++
+				if setParent {
+					child.Parent = n.Ino
+				} else if child.Parent != n.Ino {
+					return fmt.Errorf("directory %d is named in %d but its parent is %d", c, n.Ino, child.Parent)
+				}
+			}
+		}
+		if n.IsDir() && n.Nlink != 2+subdirs {
+			return fmt.Errorf("directory %d has nlink %d, expected %d", n.Ino, n.Nlink, 2+subdirs)
+		}
+		if n.IsReg() && !n.Content.IsObject && uint64(len(n.Content.Inline)) != n.Size {
+			return fmt.Errorf("file %d has %d inline bytes for size %d", n.Ino, len(n.Content.Inline), n.Size)
+		}
+	}
+	for _, n := range inodes {
+		switch {
+		case n.Ino == RootIno:
+			if links[n.Ino] != 0 {
+				return errors.New("root is linked")
+			}
+		case n.IsDir():
+			if links[n.Ino] != 1 {
+				return fmt.Errorf("directory %d has %d names", n.Ino, links[n.Ino])
+			}
+		case links[n.Ino] != n.Nlink:
+			return fmt.Errorf("inode %d has nlink %d but %d names", n.Ino, n.Nlink, links[n.Ino])
+		}
+	}
+	// Reachability: a cycle of directories detached from the root would pass
+	// the counts above.
+	seen := map[Ino]bool{RootIno: true}
+	stack := []Ino{RootIno}
+	for len(stack) > 0 {
+		n := inodes[stack[len(stack)-1]]
+		stack = stack[:len(stack)-1]
+		for _, c := range n.Entries {
+			if !seen[c] {
+				seen[c] = true
+				stack = append(stack, c)
+			}
+		}
+	}
+	if len(seen) != len(inodes) {
+		return fmt.Errorf("%d inodes unreachable from the root", len(inodes)-len(seen))
+	}
+	return nil
+}
+
+// Check verifies the tree's structural invariants (see checkTree), ignoring
+// pinned orphans. The tree must be still (no concurrent Apply).
+func (t *Tree) Check() error {
+	t.mu.RLock()
+	live := make(map[Ino]*Inode, len(t.mu.inodes))
+	for ino, n := range t.mu.inodes {
+		if n.Nlink > 0 || ino == RootIno {
+			live[ino] = n
+		}
+	}
+	t.mu.RUnlock()
+	return checkTree(live, false)
+}

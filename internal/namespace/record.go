@@ -1,0 +1,429 @@
+package namespace
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Op is the type byte of a record. The values are frozen: they are written
+// to every segment log and checkpoint-era log on disk (golden_test.go).
+type Op uint8
+
+// Record types. Each completed namespace change produces exactly one record.
+const (
+	OpCreate      Op = 1  // regular file, fifo, socket or device node (creat, mknod)
+	OpMkdir       Op = 2  // directory
+	OpSymlink     Op = 3  // symbolic link
+	OpLink        Op = 4  // new hard link to an existing non-directory
+	OpUnlink      Op = 5  // remove a non-directory entry
+	OpRmdir       Op = 6  // remove an empty directory
+	OpRename      Op = 7  // rename(2)/renameat2(2), with flags and the replaced inode
+	OpSetAttr     Op = 8  // chmod/chown/utimes: changed fields only
+	OpSetContent  Op = 9  // new file content (inline bytes or a pool object)
+	OpSetXattr    Op = 10 // set an extended attribute
+	OpRemoveXattr Op = 11 // remove an extended attribute
+)
+
+var opNames = [...]string{
+	OpCreate: "create", OpMkdir: "mkdir", OpSymlink: "symlink", OpLink: "link",
+	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
+	OpSetContent: "setcontent", OpSetXattr: "setxattr", OpRemoveXattr: "removexattr",
+}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// SetAttr field mask bits (Record.Mask).
+const (
+	AttrMode  uint32 = 1 << 0 // permission bits (07777); the file type never changes
+	AttrUid   uint32 = 1 << 1
+	AttrGid   uint32 = 1 << 2
+	AttrAtime uint32 = 1 << 3
+	AttrMtime uint32 = 1 << 4
+	attrAll          = AttrMode | AttrUid | AttrGid | AttrAtime | AttrMtime
+)
+
+// Rename flags, equal to Linux RENAME_NOREPLACE and RENAME_EXCHANGE.
+const (
+	RenameNoReplace uint32 = 1 << 0
+	RenameExchange  uint32 = 1 << 1
+)
+
+// Content kinds in a SetContent record and in checkpoints.
+const (
+	contentInline = 0
+	contentObject = 1
+)
+
+// Limits enforced when decoding, so that corrupt input cannot make the
+// decoder allocate without bound.
+const (
+	MaxNameLen  = 255     // bytes in one directory entry name (NAME_MAX)
+	MaxTarget   = 4096    // bytes in a symlink target (PATH_MAX)
+	MaxXattrVal = 1 << 16 // bytes in one xattr value (XATTR_SIZE_MAX)
+)
+
+// Record is one namespace change. Which fields are meaningful depends on Op;
+// the wire format below lists them. Time is the wall clock (unix ns) of the
+// change: it becomes the ctime (and mtime where POSIX says so) of every inode
+// the change touches, so replay reproduces timestamps exactly.
+//
+// Wire format (frozen; all integers are unsigned varints unless noted, times
+// are signed zigzag varints, str/bytes are a uvarint length then the bytes):
+//
+//	record      = op:u8 body
+//	Create      = ino parent name:str mode uid gid rdev time
+//	Mkdir       = ino parent name:str mode uid gid time
+//	Symlink     = ino parent name:str uid gid target:str time
+//	Link        = ino parent name:str time
+//	Unlink      = parent name:str ino time
+//	Rmdir       = parent name:str ino time
+//	Rename      = parent name:str newparent newname:str flags ino replaced time
+//	SetAttr     = ino mask [mode] [uid] [gid] [atime] [mtime] time
+//	SetContent  = ino size mtime time kind:u8 (kind 0: inline:bytes | kind 1: object:[32]u8)
+//	SetXattr    = ino name:str value:bytes time
+//	RemoveXattr = ino name:str time
+//
+// For Unlink, Rmdir and Rename, Ino is the inode the entry named when the
+// change was made; replay checks it, which catches a log that does not match
+// the tree it is replayed onto. Replaced is the inode that was at the
+// destination (0 if none; with RenameExchange, the other inode).
+type Record struct {
+	Op        Op
+	Ino       Ino
+	Parent    Ino
+	Name      string
+	NewParent Ino
+	NewName   string
+	Replaced  Ino
+	Flags     uint32
+	Mode      uint32 // Create/Mkdir: S_IFMT|perm; SetAttr: perm bits
+	Uid, Gid  uint32
+	Rdev      uint32
+	Mask      uint32 // SetAttr: which of Mode/Uid/Gid/Atime/Mtime are set
+	Atime     int64
+	Mtime     int64
+	Time      int64
+	Size      uint64
+	Target    string
+	Content   Content // SetContent
+	Value     []byte  // SetXattr
+}
+
+// Encode appends the wire form of r to buf and returns it.
+func (r *Record) Encode(buf []byte) []byte {
+	b := append(buf, byte(r.Op))
+	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	s := func(v string) { u(uint64(len(v))); b = append(b, v...) }
+	t := func(v int64) { b = binary.AppendVarint(b, v) }
+	switch r.Op {
+	case OpCreate:
+		u(uint64(r.Ino))
+		u(uint64(r.Parent))
+		s(r.Name)
+		u(uint64(r.Mode))
+		u(uint64(r.Uid))
+		u(uint64(r.Gid))
+		u(uint64(r.Rdev))
+		t(r.Time)
+	case OpMkdir:
+		u(uint64(r.Ino))
+		u(uint64(r.Parent))
+		s(r.Name)
+		u(uint64(r.Mode))
+		u(uint64(r.Uid))
+		u(uint64(r.Gid))
+		t(r.Time)
+	case OpSymlink:
+		u(uint64(r.Ino))
+		u(uint64(r.Parent))
+		s(r.Name)
+		u(uint64(r.Uid))
+		u(uint64(r.Gid))
+		s(r.Target)
+		t(r.Time)
+	case OpLink:
+		u(uint64(r.Ino))
+		u(uint64(r.Parent))
+		s(r.Name)
+		t(r.Time)
+	case OpUnlink, OpRmdir:
+		u(uint64(r.Parent))
+		s(r.Name)
+		u(uint64(r.Ino))
+		t(r.Time)
+	case OpRename:
+		u(uint64(r.Parent))
+		s(r.Name)
+		u(uint64(r.NewParent))
+		s(r.NewName)
+		u(uint64(r.Flags))
+		u(uint64(r.Ino))
+		u(uint64(r.Replaced))
+		t(r.Time)
+	case OpSetAttr:
+		u(uint64(r.Ino))
+		u(uint64(r.Mask))
+		if r.Mask&AttrMode != 0 {
+			u(uint64(r.Mode))
+		}
+		if r.Mask&AttrUid != 0 {
+			u(uint64(r.Uid))
+		}
+		if r.Mask&AttrGid != 0 {
+			u(uint64(r.Gid))
+		}
+		if r.Mask&AttrAtime != 0 {
+			t(r.Atime)
+		}
+		if r.Mask&AttrMtime != 0 {
+			t(r.Mtime)
+		}
+		t(r.Time)
+	case OpSetContent:
+		u(uint64(r.Ino))
+		u(r.Size)
+		t(r.Mtime)
+		t(r.Time)
+		if r.Content.IsObject {
+			b = append(b, contentObject)
+			b = append(b, r.Content.Object[:]...)
+		} else {
+			b = append(b, contentInline)
+			u(uint64(len(r.Content.Inline)))
+			b = append(b, r.Content.Inline...)
+		}
+	case OpSetXattr:
+		u(uint64(r.Ino))
+		s(r.Name)
+		u(uint64(len(r.Value)))
+		b = append(b, r.Value...)
+		t(r.Time)
+	case OpRemoveXattr:
+		u(uint64(r.Ino))
+		s(r.Name)
+		t(r.Time)
+	default:
+		panic(fmt.Sprintf("namespace: encoding record with unknown op %d", r.Op))
+	}
+	return b
+}
+
+// ErrBadRecord is wrapped by every decoding error.
+var ErrBadRecord = errors.New("malformed namespace record")
+
+// decoder reads the wire format with a sticky error. It accepts only
+// minimal varints, so every value has exactly one encoding.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrBadRecord, what)
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 || n > 1 && d.b[n-1] == 0 {
+		d.fail("bad varint for " + what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u32(what string) uint32 {
+	v := d.uvarint(what)
+	if v > 1<<32-1 {
+		d.fail(what + " does not fit 32 bits")
+	}
+	return uint32(v)
+}
+
+func (d *decoder) ino(what string) Ino { return Ino(d.uvarint(what)) }
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 || n > 1 && d.b[n-1] == 0 {
+		d.fail("bad varint for " + what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes returns a subslice of the input (no copy): inline contents decoded
+// from a log record share the record's buffer.
+func (d *decoder) bytes(what string, max int) []byte {
+	n := d.uvarint(what + " length")
+	if d.err != nil {
+		return nil
+	}
+	if max >= 0 && n > uint64(max) {
+		d.fail(fmt.Sprintf("%s length %d exceeds %d", what, n, max))
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(fmt.Sprintf("%s length %d exceeds the %d bytes left", what, n, len(d.b)))
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str(what string, max int) string { return string(d.bytes(what, max)) }
+
+func (d *decoder) byte1(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 1 {
+		d.fail("missing " + what)
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) fixed32(what string) (id ObjectID) {
+	if d.err != nil {
+		return id
+	}
+	if len(d.b) < len(id) {
+		d.fail("short " + what)
+		return id
+	}
+	copy(id[:], d.b)
+	d.b = d.b[len(id):]
+	return id
+}
+
+// DecodeRecord parses one record. Inline content and xattr values alias
+// data (they are never mutated after decoding, so sharing is safe); the
+// caller must not modify data afterwards. It never panics on any input.
+func DecodeRecord(data []byte) (*Record, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrBadRecord)
+	}
+	r := &Record{Op: Op(data[0])}
+	d := &decoder{b: data[1:]}
+	switch r.Op {
+	case OpCreate:
+		r.Ino = d.ino("ino")
+		r.Parent = d.ino("parent")
+		r.Name = d.str("name", MaxNameLen)
+		r.Mode = d.u32("mode")
+		r.Uid = d.u32("uid")
+		r.Gid = d.u32("gid")
+		r.Rdev = d.u32("rdev")
+		r.Time = d.varint("time")
+	case OpMkdir:
+		r.Ino = d.ino("ino")
+		r.Parent = d.ino("parent")
+		r.Name = d.str("name", MaxNameLen)
+		r.Mode = d.u32("mode")
+		r.Uid = d.u32("uid")
+		r.Gid = d.u32("gid")
+		r.Time = d.varint("time")
+	case OpSymlink:
+		r.Ino = d.ino("ino")
+		r.Parent = d.ino("parent")
+		r.Name = d.str("name", MaxNameLen)
+		r.Uid = d.u32("uid")
+		r.Gid = d.u32("gid")
+		r.Target = d.str("target", MaxTarget)
+		r.Time = d.varint("time")
+	case OpLink:
+		r.Ino = d.ino("ino")
+		r.Parent = d.ino("parent")
+		r.Name = d.str("name", MaxNameLen)
+		r.Time = d.varint("time")
+	case OpUnlink, OpRmdir:
+		r.Parent = d.ino("parent")
+		r.Name = d.str("name", MaxNameLen)
+		r.Ino = d.ino("ino")
+		r.Time = d.varint("time")
+	case OpRename:
+		r.Parent = d.ino("parent")
+		r.Name = d.str("name", MaxNameLen)
+		r.NewParent = d.ino("newparent")
+		r.NewName = d.str("newname", MaxNameLen)
+		r.Flags = d.u32("flags")
+		r.Ino = d.ino("ino")
+		r.Replaced = d.ino("replaced")
+		r.Time = d.varint("time")
+	case OpSetAttr:
+		r.Ino = d.ino("ino")
+		r.Mask = d.u32("mask")
+		if r.Mask&^attrAll != 0 {
+			d.fail(fmt.Sprintf("unknown setattr mask bits %#x", r.Mask&^attrAll))
+		}
+		if r.Mask&AttrMode != 0 {
+			r.Mode = d.u32("mode")
+		}
+		if r.Mask&AttrUid != 0 {
+			r.Uid = d.u32("uid")
+		}
+		if r.Mask&AttrGid != 0 {
+			r.Gid = d.u32("gid")
+		}
+		if r.Mask&AttrAtime != 0 {
+			r.Atime = d.varint("atime")
+		}
+		if r.Mask&AttrMtime != 0 {
+			r.Mtime = d.varint("mtime")
+		}
+		r.Time = d.varint("time")
+	case OpSetContent:
+		r.Ino = d.ino("ino")
+		r.Size = d.uvarint("size")
+		r.Mtime = d.varint("mtime")
+		r.Time = d.varint("time")
+		switch k := d.byte1("content kind"); k {
+		case contentInline:
+			r.Content.Inline = d.bytes("inline content", -1)
+			if d.err == nil && uint64(len(r.Content.Inline)) != r.Size {
+				d.fail(fmt.Sprintf("inline content of %d bytes for size %d", len(r.Content.Inline), r.Size))
+			}
+		case contentObject:
+			r.Content.IsObject = true
+			r.Content.Object = d.fixed32("object id")
+		default:
+			d.fail(fmt.Sprintf("unknown content kind %d", k))
+		}
+	case OpSetXattr:
+		r.Ino = d.ino("ino")
+		r.Name = d.str("xattr name", MaxNameLen)
+		r.Value = d.bytes("xattr value", MaxXattrVal)
+		r.Time = d.varint("time")
+	case OpRemoveXattr:
+		r.Ino = d.ino("ino")
+		r.Name = d.str("xattr name", MaxNameLen)
+		r.Time = d.varint("time")
+	default:
+		return nil, fmt.Errorf("%w: unknown op %d", ErrBadRecord, data[0])
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("%s record: %w", r.Op, d.err)
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %s record has %d trailing bytes", ErrBadRecord, r.Op, len(d.b))
+	}
+	return r, nil
+}

@@ -1,0 +1,170 @@
+package namespace
+
+import (
+	"crypto/sha256"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func sum(b []byte) ObjectID { return sha256.Sum256(b) }
+
+// build applies records in order, failing the test on any error.
+func build(t *testing.T, recs ...*Record) *Tree {
+	t.Helper()
+	tr := New(0o755, 0, 0, 1)
+	for i, r := range recs {
+		if err := tr.Apply(r); err != nil {
+			t.Fatalf("record %d (%s): %v", i, r.Op, err)
+		}
+		if err := tr.Check(); err != nil {
+			t.Fatalf("after record %d (%s): %v", i, r.Op, err)
+		}
+	}
+	return tr
+}
+
+func mkdir(ino, parent Ino, name string) *Record {
+	return &Record{Op: OpMkdir, Ino: ino, Parent: parent, Name: name, Mode: 0o755, Time: 10}
+}
+func create(ino, parent Ino, name string) *Record {
+	return &Record{Op: OpCreate, Ino: ino, Parent: parent, Name: name, Mode: S_IFREG | 0o644, Time: 10}
+}
+
+func TestApplyErrors(t *testing.T) {
+	base := []*Record{mkdir(2, 1, "d"), create(3, 2, "f"), mkdir(4, 2, "sub"), create(5, 4, "g")}
+	for _, tc := range []struct {
+		name  string
+		rec   *Record
+		errno syscall.Errno
+	}{
+		{"create exists", create(9, 2, "f"), syscall.EEXIST},
+		{"create reuses ino", create(3, 1, "x"), syscall.EEXIST},
+		{"create in file", create(9, 3, "x"), syscall.ENOTDIR},
+		{"create in missing", create(9, 99, "x"), syscall.ENOENT},
+		{"bad name", create(9, 1, "a/b"), syscall.EINVAL},
+		{"dotdot", create(9, 1, ".."), syscall.EINVAL},
+		{"unlink dir", &Record{Op: OpUnlink, Parent: 2, Name: "sub", Ino: 4}, syscall.EISDIR},
+		{"unlink wrong ino", &Record{Op: OpUnlink, Parent: 2, Name: "f", Ino: 5}, syscall.ESTALE},
+		{"rmdir nonempty", &Record{Op: OpRmdir, Parent: 2, Name: "sub", Ino: 4}, syscall.ENOTEMPTY},
+		{"rmdir file", &Record{Op: OpRmdir, Parent: 2, Name: "f", Ino: 3}, syscall.ENOTDIR},
+		{"link dir", &Record{Op: OpLink, Ino: 4, Parent: 1, Name: "x"}, syscall.EPERM},
+		{"rename into own subtree", &Record{Op: OpRename, Parent: 1, Name: "d", NewParent: 4, NewName: "x", Ino: 2}, syscall.EINVAL},
+		{"rename dir over file", &Record{Op: OpRename, Parent: 2, Name: "sub", NewParent: 2, NewName: "f", Ino: 4, Replaced: 3}, syscall.ENOTDIR},
+		{"rename file over dir", &Record{Op: OpRename, Parent: 2, Name: "f", NewParent: 2, NewName: "sub", Ino: 3, Replaced: 4}, syscall.EISDIR},
+		{"rename noreplace", &Record{Op: OpRename, Parent: 4, Name: "g", NewParent: 2, NewName: "f", Ino: 5, Replaced: 3, Flags: RenameNoReplace}, syscall.EEXIST},
+		{"rename replaced mismatch", &Record{Op: OpRename, Parent: 4, Name: "g", NewParent: 2, NewName: "f", Ino: 5}, syscall.ESTALE},
+		{"rename over nonempty", &Record{Op: OpRename, Parent: 1, Name: "e", NewParent: 2, NewName: "sub", Ino: 6, Replaced: 4}, syscall.ENOENT},
+		{"content for dir", &Record{Op: OpSetContent, Ino: 2}, syscall.EINVAL},
+		{"remove missing xattr", &Record{Op: OpRemoveXattr, Ino: 3, Name: "user.x"}, syscall.ENODATA},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := build(t, base...)
+			before := DumpString(tr.Dump(sum))
+			err := tr.Apply(tc.rec)
+			if !errors.Is(err, tc.errno) {
+				t.Fatalf("err = %v, want %v", err, tc.errno)
+			}
+			if after := DumpString(tr.Dump(sum)); after != before {
+				t.Fatalf("failed Apply changed the tree:\n%s\nvs\n%s", before, after)
+			}
+		})
+	}
+}
+
+func TestApplySequences(t *testing.T) {
+	var id ObjectID
+	id[0] = 7
+	for _, tc := range []struct {
+		name string
+		recs []*Record
+		want string
+	}{
+		{"hard links and unlink", []*Record{
+			create(2, 1, "a"), mkdir(3, 1, "d"),
+			{Op: OpLink, Ino: 2, Parent: 3, Name: "b", Time: 11},
+			{Op: OpUnlink, Parent: 1, Name: "a", Ino: 2, Time: 12},
+		}, "/ d 0755 0:0 n3\n/d d 0755 0:0 n2\n/d/b f 0644 0:0 n1 size=0 content=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"},
+		{"rename replaces and moves dir", []*Record{
+			mkdir(2, 1, "a"), mkdir(3, 1, "b"), mkdir(4, 2, "x"), mkdir(5, 3, "x"),
+			{Op: OpRename, Parent: 2, Name: "x", NewParent: 3, NewName: "x", Ino: 4, Replaced: 5, Time: 12},
+		}, "/ d 0755 0:0 n4\n/a d 0755 0:0 n2\n/b d 0755 0:0 n3\n/b/x d 0755 0:0 n2\n"},
+		{"exchange file and dir across dirs", []*Record{
+			mkdir(2, 1, "a"), mkdir(3, 1, "b"), create(4, 2, "f"), mkdir(5, 3, "g"),
+			{Op: OpRename, Parent: 2, Name: "f", NewParent: 3, NewName: "g", Ino: 4, Replaced: 5, Flags: RenameExchange, Time: 12},
+		}, "/ d 0755 0:0 n4\n/a d 0755 0:0 n3\n/a/f d 0755 0:0 n2\n/b d 0755 0:0 n2\n/b/g f 0644 0:0 n1 size=0 content=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"},
+		{"content, attrs, xattrs, symlink, device", []*Record{
+			create(2, 1, "f"),
+			{Op: OpSetContent, Ino: 2, Size: 1 << 40, Content: Content{IsObject: true, Object: id}},
+			{Op: OpSetAttr, Ino: 2, Mask: AttrMode | AttrUid, Mode: 0o4711, Uid: 5},
+			{Op: OpSetXattr, Ino: 2, Name: "user.a", Value: []byte("v")},
+			{Op: OpSymlink, Ino: 3, Parent: 1, Name: "l", Target: "f"},
+			{Op: OpCreate, Ino: 4, Parent: 1, Name: "c", Mode: S_IFCHR | 0o600, Rdev: 259},
+		}, "/ d 0755 0:0 n2\n/c c 0600 0:0 n1 rdev=259\n/f f 4711 5:0 n1 size=1099511627776 content=0700000000000000000000000000000000000000000000000000000000000000 xattrs=user.a=76;\n/l l 0777 0:0 n1 -> \"f\"\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := build(t, tc.recs...)
+			got := DumpString(tr.Dump(sum))
+			if got != tc.want {
+				t.Fatalf("dump:\n%s\nwant:\n%s", got, tc.want)
+			}
+			// The checkpoint round trip gives the same tree and the same bytes.
+			ck := tr.EncodeCheckpoint()
+			back, err := DecodeCheckpoint(ck)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := DumpString(back.Dump(sum)); d != got {
+				t.Fatalf("checkpoint round trip:\n%s\nwant:\n%s", d, got)
+			}
+			if string(back.EncodeCheckpoint()) != string(ck) {
+				t.Fatal("checkpoint re-encoding differs")
+			}
+			if back.NextIno() != tr.NextIno() {
+				t.Fatalf("next ino %d, want %d", back.NextIno(), tr.NextIno())
+			}
+		})
+	}
+}
+
+func TestOrphanPinning(t *testing.T) {
+	tr := build(t, create(2, 1, "f"))
+	n := tr.Get(2)
+	n.Pinned = true
+	if err := tr.Apply(&Record{Op: OpUnlink, Parent: 1, Name: "f", Ino: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Get(2) == nil {
+		t.Fatal("pinned orphan dropped")
+	}
+	if strings.Contains(string(tr.EncodeCheckpoint()), "f") && tr.Len() != 2 {
+		t.Fatal("unexpected table")
+	}
+	if back, err := DecodeCheckpoint(tr.EncodeCheckpoint()); err != nil || back.Len() != 1 {
+		t.Fatalf("orphan persisted in checkpoint (len %d, err %v)", back.Len(), err)
+	}
+	n.Pinned = false
+	if !tr.Release(n) || tr.Get(2) != nil || !n.Dropped {
+		t.Fatal("released orphan not dropped")
+	}
+	if tr.AllocIno() != 3 {
+		t.Fatal("inode number reused")
+	}
+}
+
+func TestDecodeCheckpointCorrupt(t *testing.T) {
+	tr := build(t, mkdir(2, 1, "d"), create(3, 2, "f"),
+		&Record{Op: OpSetContent, Ino: 3, Size: 3, Content: Content{Inline: []byte("abc")}})
+	ck := tr.EncodeCheckpoint()
+	for i := range ck {
+		bad := append([]byte(nil), ck...)
+		bad[i] ^= 0x40
+		if _, err := DecodeCheckpoint(bad); !errors.Is(err, ErrBadCheckpoint) {
+			t.Fatalf("flipped byte %d: err = %v", i, err)
+		}
+		if _, err := DecodeCheckpoint(ck[:i]); !errors.Is(err, ErrBadCheckpoint) {
+			t.Fatalf("prefix %d: err = %v", i, err)
+		}
+	}
+}
