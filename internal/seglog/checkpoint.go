@@ -118,8 +118,8 @@ func listCheckpoints(fsys vfs.FS, dir string) ([]uint64, error) {
 // checkpoint that is still present, which is what makes the fallback in
 // ReadLatestCheckpoint safe (and Log.Replay checks coverage regardless).
 func WriteCheckpoint(fsys vfs.FS, dir string, group uint64, payload []byte) error {
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("seglog: create checkpoint directory: %w", err)
+	if err := mkdirDurable(fsys, dir); err != nil {
+		return err
 	}
 	final := filepath.Join(dir, ckptName(group))
 	err := vfs.Publish(fsys, final, true, func(f vfs.File) error {

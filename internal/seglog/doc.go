@@ -80,6 +80,11 @@
 // new file's header and the directory entry. Therefore a sealed segment is
 // always complete on disk, and only the last segment can have a torn tail.
 //
+// Open also syncs the last segment before returning: the previous process
+// may have exited after appending without syncing, and every group that
+// Open reports and Replay hands out must be durable (a checkpoint built
+// from it must never be ahead of the log on disk).
+//
 // A failed write or sync fails the Log for good: after a failed fdatasync
 // the kernel may have dropped the dirty pages (fsyncgate), so neither a
 // retry nor a truncate-and-rewrite can prove anything. The workspace must be

@@ -89,15 +89,8 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 	}
 	l := &Log{fs: fsys, dir: dir, opts: opts, logger: logger}
 
-	if _, err := fsys.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := fsys.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("seglog: create log directory: %w", err)
-		}
-		if err := vfs.SyncDir(fsys, filepath.Dir(dir)); err != nil {
-			return nil, fmt.Errorf("seglog: make new log directory %s durable: %w", dir, err)
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("seglog: open log directory: %w", err)
+	if err := mkdirDurable(fsys, dir); err != nil {
+		return nil, err
 	}
 	names, err := fsys.List(dir)
 	if err != nil {
@@ -134,6 +127,14 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 		}
 	}
 	a := l.segs[len(l.segs)-1]
+	// What Open found may not be durable: the previous process can have
+	// appended without syncing before it exited. Sync now, so that every
+	// group Open reports (and Replay hands out) is durable; sealed segments
+	// were synced before they were sealed.
+	if err := l.active.SyncData(); err != nil {
+		_ = l.active.Close()
+		return nil, fmt.Errorf("seglog: sync %s found at open: %w", a.path, err)
+	}
 	l.lastGroup.Store(a.last)
 	if l.repaired != nil {
 		logger.Warn("seglog: repaired torn tail of the log (a crash interrupted an unsynced append; no synced group was lost)",
@@ -142,6 +143,38 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 			"last_group", a.last)
 	}
 	return l, nil
+}
+
+// mkdirDurable creates dir and any missing parents, and syncs the parent
+// of every directory it created, so that the whole new chain survives a
+// crash (MkdirAll alone does not sync).
+func mkdirDurable(fsys vfs.FS, dir string) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		_, err := fsys.Stat(d)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("seglog: open log directory: %w", err)
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("seglog: create directory: %w", err)
+	}
+	for _, d := range missing { // deepest first
+		if err := vfs.SyncDir(fsys, filepath.Dir(d)); err != nil {
+			return fmt.Errorf("seglog: make new directory %s durable: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // readFile reads a whole file.
