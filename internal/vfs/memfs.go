@@ -75,9 +75,12 @@ type memNode struct {
 	mode  os.FileMode // permission bits only
 	mtime time.Time
 
-	// Regular files.
+	// Regular files. Invariant: data[:clean] == syncedData[:clean] and
+	// clean <= min(len(data), len(syncedData)), so a sync copies only
+	// data[clean:] (appending logs stay linear, not quadratic).
 	data       []byte
 	syncedData []byte
+	clean      int
 
 	// Directories.
 	children       map[string]*memNode
@@ -152,6 +155,7 @@ func cloneDurable(n *memNode, files map[*memNode]*memNode, dirs map[*memNode]boo
 		c := &memNode{mode: n.mode, mtime: n.mtime}
 		c.data = slices.Clone(n.syncedData)
 		c.syncedData = slices.Clone(n.syncedData)
+		c.clean = len(c.data)
 		files[n] = c
 		return c
 	}
@@ -277,7 +281,7 @@ func (m *MemFS) create(name string, perm os.FileMode, excl bool) (File, error) {
 	case ok && n.isDir:
 		return nil, pathErr("open", name, syscall.EISDIR)
 	case ok:
-		n.data = nil
+		n.setSize(0)
 		n.mtime = time.Now()
 	default:
 		n = newFile(perm)
@@ -521,25 +525,36 @@ func (m *MemFS) Chtimes(name string, atime, mtime time.Time) error {
 // returned Closer is closed. A second Lock fails with an error wrapping
 // ErrLocked.
 func (m *MemFS) Lock(name string) (io.Closer, error) {
+	l, created, err := m.lock(name)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		m.notify(OpCreate, name)
+	}
+	return l, nil
+}
+
+func (m *MemFS) lock(name string) (_ io.Closer, created bool, _ error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := filepath.Clean("/" + name)
 	dir, base, err := m.parentLocked("lock", name)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", name, err)
+		return nil, false, fmt.Errorf("lock %s: %w", name, err)
 	}
 	n, ok := dir.children[base]
 	if ok && n.isDir {
-		return nil, fmt.Errorf("lock %s: %w", name, pathErr("open", name, syscall.EISDIR))
+		return nil, false, fmt.Errorf("lock %s: %w", name, pathErr("open", name, syscall.EISDIR))
 	}
 	if m.mu.locks[key] {
-		return nil, fmt.Errorf("lock %s: %w (held by another Lock call in this process; close it first)", name, ErrLocked)
+		return nil, false, fmt.Errorf("lock %s: %w (held by another Lock call in this process; close it first)", name, ErrLocked)
 	}
 	if !ok {
 		dir.children[base] = newFile(0o644)
 	}
 	m.mu.locks[key] = true
-	return &memLock{fs: m, key: key}, nil
+	return &memLock{fs: m, key: key}, !ok, nil
 }
 
 type memLock struct {
@@ -569,7 +584,7 @@ func (m *MemFS) SyncFS(name string) error {
 	var walk func(n *memNode)
 	walk = func(n *memNode) {
 		if !n.isDir {
-			n.syncedData = slices.Clone(n.data)
+			n.syncData()
 			return
 		}
 		n.syncedChildren = maps.Clone(n.children)
@@ -724,19 +739,34 @@ func (f *memFile) writeAt(p []byte, off int64) (int, error) {
 	defer f.fs.mu.Unlock()
 	end := off + int64(len(p))
 	if end > int64(len(f.n.data)) {
-		f.n.data = growTo(f.n.data, end)
+		f.n.setSize(end)
 	}
+	f.n.clean = min(f.n.clean, int(off))
 	copy(f.n.data[off:], p)
 	f.n.mtime = time.Now()
 	return len(p), nil
 }
 
-// growTo extends b with zeros to length n, reusing its capacity.
-func growTo(b []byte, n int64) []byte {
-	old := len(b)
-	b = slices.Grow(b, int(n)-old)[:n]
-	clear(b[old:])
-	return b
+// setSize truncates or zero-extends a file's current data to size bytes.
+func (n *memNode) setSize(size int64) {
+	old := len(n.data)
+	switch {
+	case size < int64(old):
+		clear(n.data[size:]) // a later extension must read zeros, not old bytes
+		n.data = n.data[:size]
+		n.clean = min(n.clean, int(size))
+	case size > int64(old):
+		n.data = slices.Grow(n.data, int(size)-old)[:size]
+		clear(n.data[old:])
+		n.clean = min(n.clean, old)
+	}
+}
+
+// syncData makes the current data durable, copying only what changed since
+// the last sync.
+func (n *memNode) syncData() {
+	n.syncedData = append(n.syncedData[:n.clean], n.data[n.clean:]...)
+	n.clean = len(n.data)
 }
 
 func (f *memFile) Seek(offset int64, whence int) (int64, error) {
@@ -802,7 +832,7 @@ func (f *memFile) sync(op string, kind Op) error {
 	if f.n.isDir {
 		f.n.syncedChildren = maps.Clone(f.n.children)
 	} else {
-		f.n.syncedData = slices.Clone(f.n.data)
+		f.n.syncData()
 	}
 	f.fs.mu.Unlock()
 	f.mu.Unlock()
@@ -829,11 +859,7 @@ func (f *memFile) truncate(size int64) error {
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	if size <= int64(len(f.n.data)) {
-		f.n.data = f.n.data[:size:size] // cap: a later grow must not resurrect bytes
-	} else {
-		f.n.data = growTo(f.n.data, size)
-	}
+	f.n.setSize(size)
 	f.n.mtime = time.Now()
 	return nil
 }
