@@ -79,8 +79,9 @@ type Record struct {
 // record".
 type Ticket uint64
 
-// Observer receives metrics. Its methods are called from the flusher and
-// must not block.
+// Observer receives metrics. Its methods are called from the flusher, after
+// a group is durable and before its waiters are released, so they must be
+// quick and must not block.
 type Observer interface {
 	GroupCommitted(GroupStats)
 }
@@ -549,6 +550,12 @@ func (c *Committer) commitGroup(g []entry) bool {
 		}
 		c.opts.OnCommit(group, recs)
 	}
+	if c.opts.Observer != nil {
+		c.opts.Observer.GroupCommitted(GroupStats{
+			Group: group, Records: len(g), Bytes: bytes, Objects: len(ids),
+			Drain: drainDur, LogSync: syncDur,
+		})
+	}
 
 	c.mu.Lock()
 	c.mu.durable = g[len(g)-1].t
@@ -557,12 +564,6 @@ func (c *Committer) commitGroup(g []entry) bool {
 	c.releaseLocked(c.mu.durable, nil)
 	c.mu.Unlock()
 
-	if c.opts.Observer != nil {
-		c.opts.Observer.GroupCommitted(GroupStats{
-			Group: group, Records: len(g), Bytes: bytes, Objects: len(ids),
-			Drain: drainDur, LogSync: syncDur,
-		})
-	}
 	return true
 }
 
