@@ -42,6 +42,8 @@ var ErrFailed = errors.New("seglog: an earlier write or sync of the log failed, 
 // the first error.
 type failedError struct{ first error }
 
-func (e *failedError) Error() string { return ErrFailed.Error() + ": first failure: " + e.first.Error() }
+func (e *failedError) Error() string {
+	return ErrFailed.Error() + ": first failure: " + e.first.Error()
+}
 
 func (e *failedError) Unwrap() []error { return []error{ErrFailed, e.first} }

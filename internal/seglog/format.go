@@ -45,10 +45,10 @@ func (h segHeader) encode() []byte {
 type headerStatus int
 
 const (
-	headerOK         headerStatus = iota
-	headerIncomplete              // shorter than segHeaderLen
-	headerInvalid                 // bad magic or CRC: garbage or torn
-	headerUnsupported             // valid CRC, but a version this code does not know
+	headerOK          headerStatus = iota
+	headerIncomplete               // shorter than segHeaderLen
+	headerInvalid                  // bad magic or CRC: garbage or torn
+	headerUnsupported              // valid CRC, but a version this code does not know
 )
 
 func decodeHeader(b []byte) (segHeader, headerStatus, string) {

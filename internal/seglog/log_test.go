@@ -3,9 +3,9 @@ package seglog
 import (
 	"bytes"
 	"encoding/binary"
-	"hash/crc32"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
