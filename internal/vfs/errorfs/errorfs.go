@@ -162,6 +162,10 @@ func (r *Rule) Matched() int { return int(r.matched.Load()) }
 // Injected returns how many faults the rule injected so far.
 func (r *Rule) Injected() int { return int(r.injected.Load()) }
 
+// Err returns the error the rule injects (as given, before it is wrapped in
+// *os.PathError and *InjectedError), for errors.Is checks in tests.
+func (r *Rule) Err() error { return r.err }
+
 // Match reports whether path matches pattern as documented in the package
 // doc: "" matches all, a glob is matched against the base name, anything
 // else is a substring test. A malformed glob matches nothing.

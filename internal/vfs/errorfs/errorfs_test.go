@@ -211,3 +211,16 @@ func TestWrapsOS(t *testing.T) {
 	}
 	f.Close()
 }
+
+func TestRuleErr(t *testing.T) {
+	r := ShortWriteOnNth("", 1)
+	fsys := Wrap(newMem(t), r)
+	f, err := fsys.Create("/d/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte("ab")); !errors.Is(err, r.Err()) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write error %v is not the rule's error %v", err, r.Err())
+	}
+}
