@@ -12,6 +12,11 @@
 //   - errorfs.Wrap: injects faults (EIO on the Nth sync or write of a path
 //     pattern, ENOSPC, short writes) into any FS.
 //
+// Helpers shared by every implementation: Publish (the one atomic publish
+// routine: temp, write, fdatasync, close, rename, directory sync), SyncDir,
+// ErrLocked (wrapped by a busy Lock), and Op (operation kinds, used by the
+// MemFS hook and by errorfs rules).
+//
 // The interface follows Pebble's vfs.FS: small, explicit about the two kinds of
 // sync, and with directories opened as Files so that they can be synced.
 //
