@@ -120,7 +120,7 @@ type Options struct {
 	// filesystems, whoever wrote them.
 	Drain Drain
 	// SyncParallelism bounds the object syncs in flight during a DrainEntry
-	// drain (default 16).
+	// drain (default pool.DefaultSyncParallel, chosen by the pool's benchmark).
 	SyncParallelism int
 	// StateSyncFS is syncfs(2) of the filesystem holding the log, called by
 	// DrainSyncFS after the pool's SyncFS (nil: skipped).
@@ -142,7 +142,7 @@ type Options struct {
 const (
 	defaultMaxRecords      = 512
 	defaultWindow          = 50 * time.Millisecond
-	defaultSyncParallelism = 16
+	defaultSyncParallelism = pool.DefaultSyncParallel
 	// backpressureGroups: Enqueue blocks while this many full groups of
 	// records are queued behind the one in flight.
 	backpressureGroups = 8
