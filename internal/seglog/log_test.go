@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"wsfs/internal/vfs"
 )
@@ -586,4 +587,41 @@ func TestStructuralCorruption(t *testing.T) {
 // binaryPutHeaderCRC recomputes a segment header's CRC after an edit.
 func binaryPutHeaderCRC(s []byte) {
 	binary.LittleEndian.PutUint32(s[28:], crc32.Checksum(s[:28], castagnoli))
+}
+
+// TestLastGroupConcurrent reads LastGroup and Repaired from another
+// goroutine while the owner appends (run with -race).
+func TestLastGroupConcurrent(t *testing.T) {
+	fsys, dir := vfs.NewCrashableMem(), "/log"
+	l := mustOpen(t, fsys, dir, Options{SegmentSize: 300})
+	groups := genGroups(30, 200, 2, 30)
+	done := make(chan struct{})
+	seen := make(chan uint64, 1)
+	go func() {
+		var max uint64
+		for {
+			g := l.LastGroup()
+			if g < max {
+				t.Errorf("LastGroup went back from %d to %d", max, g)
+			}
+			max = g
+			_ = l.Repaired()
+			select {
+			case <-done:
+				seen <- max
+				return
+			default:
+			}
+		}
+	}()
+	appendAll(t, l, 1, groups, false)
+	close(done)
+	select {
+	case <-seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("reader goroutine did not stop")
+	}
+	if l.LastGroup() != uint64(len(groups)) {
+		t.Fatalf("LastGroup = %d", l.LastGroup())
+	}
 }
