@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"wsfs/internal/vfs"
@@ -97,6 +98,9 @@ func TestCheckpointCorrupt(t *testing.T) {
 			var ce *CorruptError
 			if !errors.As(err, &ce) || ce.Segment != filepath.Join(dir, ckptName(20)) {
 				t.Fatalf("byte %d flipped: %d %q %v, want *CorruptError", i, g, p, err)
+			}
+			if !strings.Contains(err.Error(), "checkpoint") || !strings.Contains(err.Error(), "backup") {
+				t.Fatalf("checkpoint error does not say what to do: %v", err)
 			}
 		}
 	}

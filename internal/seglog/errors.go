@@ -3,6 +3,7 @@ package seglog
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // CorruptError reports damage that is not a torn tail: bytes that a sync
@@ -16,6 +17,11 @@ type CorruptError struct {
 }
 
 func (e *CorruptError) Error() string {
+	if strings.HasSuffix(e.Segment, ".ckpt") {
+		return fmt.Sprintf("seglog: checkpoint %s is damaged at offset %d: %s. "+
+			"No older checkpoint verifies either, and wsfs will not guess the state it held. "+
+			"Restore the workspace state from a backup", e.Segment, e.Offset, e.Reason)
+	}
 	return fmt.Sprintf("seglog: %s is damaged at offset %d: %s. "+
 		"The log is damaged before its tail, so groups that were reported durable may be lost; wsfs will not guess. "+
 		"Restore the workspace state from a backup, or, only if you accept losing every group from offset %d on, "+
@@ -26,6 +32,9 @@ func (e *CorruptError) Error() string {
 // TornTail describes a torn tail that Open repaired: the end of the last
 // segment held an incomplete group (a crash during an unsynced append),
 // and the segment was truncated to the end of the last complete group.
+// When the crash interrupted the creation of the last segment (its header
+// is short or invalid and it holds no group), the header is rewritten:
+// Offset is then the header length and DroppedBytes the old file length.
 type TornTail struct {
 	Segment        string // path of the repaired segment
 	Offset         int64  // the segment's new length

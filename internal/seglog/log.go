@@ -517,7 +517,11 @@ func (l *Log) Replay(after uint64, fn func(group uint64, records [][]byte) error
 // are all numbered at or below group, syncing the directory after each
 // removal (so the segments left are always a contiguous run, even after a
 // crash). The active segment is never deleted. Call it only once the
-// groups are covered by a durable checkpoint.
+// groups are covered by a durable checkpoint (see WriteCheckpoint).
+//
+// A failed Remove returns an error and leaves the log usable (the segment
+// is still there and still listed). A failed directory sync fails the log:
+// the directory also holds the entries of new segments.
 func (l *Log) DeleteThrough(group uint64) error {
 	if err := l.usable(); err != nil {
 		return err

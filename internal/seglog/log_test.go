@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -623,5 +625,33 @@ func TestLastGroupConcurrent(t *testing.T) {
 	}
 	if l.LastGroup() != uint64(len(groups)) {
 		t.Fatalf("LastGroup = %d", l.LastGroup())
+	}
+}
+
+// TestRepairIsLogged: a repaired torn tail is logged once at Warn with the
+// segment and the dropped bytes; a clean open logs no warning.
+func TestRepairIsLogged(t *testing.T) {
+	groups := genGroups(31, 3, 2, 40)
+	segs, _, gstart, _ := buildLog(t, 0, groups)
+	clean := segs[0]
+	wantDropped := fmt.Sprintf("dropped_bytes=%d", int64(len(clean)-5)-gstart[2])
+	for _, tc := range []struct {
+		name  string
+		seg   []byte
+		warns int
+	}{{"clean", clean, 0}, {"torn", clean[:len(clean)-5], 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			fsys, dir := memLog(t, [][]byte{tc.seg})
+			mustOpen(t, fsys, dir, Options{Logger: logger})
+			out := buf.String()
+			if n := strings.Count(out, "level=WARN"); n != tc.warns {
+				t.Fatalf("%d warnings, want %d: %s", n, tc.warns, out)
+			}
+			if tc.warns > 0 && (!strings.Contains(out, segName(1)) || !strings.Contains(out, wantDropped)) {
+				t.Fatalf("warning lacks segment or dropped bytes: %s", out)
+			}
+		})
 	}
 }
