@@ -30,7 +30,7 @@ const gcLockName = "gc.lock"
 // older than grace. referenced must answer for every workspace that uses
 // the pool; it is called without any pool lock held.
 //
-// grace must be far longer than a commit window (use hours): an object that
+// grace must be at least MinGrace and far longer than a commit window: an object that
 // a group deduplicated against is protected only by its mtime until the
 // group has committed its reference. It must also be longer than any
 // staging file stays unwritten.
@@ -45,6 +45,10 @@ const gcLockName = "gc.lock"
 // error wrapping vfs.ErrLocked.
 func (p *Pool) GC(referenced func(ID) bool, grace time.Duration) (GCStats, error) {
 	var st GCStats
+	if grace < MinGrace {
+		return st, fmt.Errorf("pool: gc: grace period %v is shorter than the minimum %v: "+
+			"objects that a group is about to reference would not be safe", grace, MinGrace)
+	}
 	lock, err := p.fs.Lock(filepath.Join(p.dir, gcLockName))
 	if err != nil {
 		return st, fmt.Errorf("pool: gc %s: %w", p.dir, err)

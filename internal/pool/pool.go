@@ -8,10 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"wsfs/internal/vfs"
@@ -61,16 +59,15 @@ type Pool struct {
 
 	mu struct {
 		sync.Mutex
-		// verified maps an ID to the inode whose bytes this process has
-		// checked against it. Keyed by inode so that a replaced file is
-		// checked again.
-		verified map[ID]fileKey
-		// durable maps an ID to the inode this process synced, together
-		// with its directory entry. SyncObjects skips an ID only while the
-		// same inode is still under the name: GC in another process may
-		// have removed the object and someone may have published an
-		// unsynced copy since.
-		durable map[ID]fileKey
+		// verified maps an ID whose bytes this process has checked (or
+		// written itself) to the object's size then. Open skips the hash
+		// while the size is unchanged.
+		verified map[ID]int64
+		// durable maps an ID this process made durable (data and entry) to
+		// the time until which it trusts that: the object's mtime at the
+		// sync plus durableWindow. See durableWindow for why a removal and
+		// re-publication (by GC and another process) cannot happen before.
+		durable map[ID]time.Time
 		// corrupt holds IDs whose object failed verification here; the next
 		// Put or PublishStaging of that content repairs it.
 		corrupt map[ID]struct{}
@@ -79,23 +76,24 @@ type Pool struct {
 	}
 }
 
-// fileKey identifies an inode.
-type fileKey struct{ dev, ino uint64 }
+// durableWindow is how long after an object's mtime (as seen when this
+// process synced it) SyncObjects trusts that sync and skips the object.
+//
+// Why it is safe: the trusted state can only go stale if the object is
+// removed and published again (a new, unsynced inode under the same name).
+// Only GC removes objects, and only those whose mtime is older than its
+// grace period, which GC refuses to make shorter than MinGrace. mtime only
+// moves forward (Protect sets it to now), so the object cannot be removed
+// before mtime+MinGrace, long after the trust expired.
+const durableWindow = 10 * time.Minute
 
-// keyOf returns the inode identity of fi. It reports false when the file
-// system does not expose one (in-memory file systems); then the caches never
-// hit and every Open verifies and every drain syncs, which is correct, only
-// slower.
-func keyOf(fi os.FileInfo) (fileKey, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileKey{}, false
-	}
-	return fileKey{dev: uint64(st.Dev), ino: st.Ino}, true
-}
+// MinGrace is the shortest grace period GC accepts. It must exceed
+// durableWindow plus a commit window by a wide margin.
+const MinGrace = time.Hour
 
-// Open opens the pool in dir, creating dir/objects and dir/tmp if needed and
-// syncing dir (so both survive a crash). It also syncs dir/objects once, so
+// Open opens the pool in dir, creating dir, dir/objects and dir/tmp if
+// needed and syncing dir and its parent (so all three survive a crash;
+// directories further up are the caller's). It also syncs dir/objects once, so
 // that every fan-out directory existing now is known durable. These syncs
 // happen once per process, never in a commit.
 func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
@@ -113,8 +111,8 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	if p.now == nil {
 		p.now = time.Now
 	}
-	p.mu.verified = make(map[ID]fileKey)
-	p.mu.durable = make(map[ID]fileKey)
+	p.mu.verified = make(map[ID]int64)
+	p.mu.durable = make(map[ID]time.Time)
 	p.mu.corrupt = make(map[ID]struct{})
 
 	for _, d := range []string{p.objects, p.tmp} {
@@ -122,8 +120,10 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 			return nil, fmt.Errorf("pool: open %s: create %s: %w", dir, d, err)
 		}
 	}
-	if err := vfs.SyncDir(fsys, dir); err != nil {
-		return nil, fmt.Errorf("pool: open %s: %w", dir, err)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := vfs.SyncDir(fsys, d); err != nil {
+			return nil, fmt.Errorf("pool: open %s: %w", dir, err)
+		}
 	}
 	names, err := fsys.List(p.objects)
 	if err != nil {
@@ -237,14 +237,6 @@ func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 		return id, false, err
 	}
 	_, werr := f.Write(data)
-	var key fileKey
-	var keyOK bool
-	if werr == nil {
-		var fi os.FileInfo
-		if fi, werr = f.Stat(); werr == nil {
-			key, keyOK = keyOf(fi)
-		}
-	}
 	cerr := f.Close()
 	if werr == nil && cerr != nil {
 		werr = cerr
@@ -260,11 +252,11 @@ func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 		}
 		return id, false, err
 	}
-	if !dedup && keyOK {
+	if !dedup {
 		// The bytes under the name are the ones this process wrote and
 		// hashed.
 		p.mu.Lock()
-		p.setCache(p.mu.verified, id, key)
+		setCache(p.mu.verified, id, int64(len(data)))
 		p.mu.Unlock()
 	}
 	return id, dedup, nil
@@ -399,6 +391,14 @@ func (p *Pool) Protect(id ID) error {
 		}
 		return fmt.Errorf("pool: protect object %s: %w", id, err)
 	}
+	// If this process's sync of the object is still trusted, the object
+	// cannot have been replaced since, and GC now cannot remove it before
+	// now+MinGrace: extend the trust (see durableWindow).
+	p.mu.Lock()
+	if until, ok := p.mu.durable[id]; ok && now.Before(until) {
+		p.mu.durable[id] = now.Add(durableWindow)
+	}
+	p.mu.Unlock()
 	return nil
 }
 
@@ -421,14 +421,11 @@ func (p *Pool) Open(id ID) (vfs.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("pool: open object %s: stat: %w", id, err)
 	}
-	key, keyOK := keyOf(fi)
-	if keyOK {
-		p.mu.Lock()
-		k, ok := p.mu.verified[id]
-		p.mu.Unlock()
-		if ok && k == key {
-			return f, nil
-		}
+	p.mu.Lock()
+	size, ok := p.mu.verified[id]
+	p.mu.Unlock()
+	if ok && size == fi.Size() {
+		return f, nil
 	}
 	h := NewHasher()
 	buf := make([]byte, 256<<10)
@@ -440,45 +437,40 @@ func (p *Pool) Open(id ID) (vfs.File, error) {
 		f.Close()
 		return nil, p.corruptErr(id, path, got)
 	}
-	if keyOK {
-		p.mu.Lock()
-		p.setCache(p.mu.verified, id, key)
-		p.mu.Unlock()
-	}
+	p.mu.Lock()
+	setCache(p.mu.verified, id, fi.Size())
+	p.mu.Unlock()
 	return f, nil
 }
 
 // ReadAll returns the content of object id, verified against id (always,
 // since the bytes are in hand). Errors are as for Open.
 func (p *Pool) ReadAll(id ID) ([]byte, error) {
-	data, key, keyOK, err := p.readVerified(id)
+	data, err := p.readVerified(id)
 	if err != nil {
 		return nil, err
 	}
-	if keyOK {
-		p.mu.Lock()
-		p.setCache(p.mu.verified, id, key)
-		p.mu.Unlock()
-	}
+	p.mu.Lock()
+	setCache(p.mu.verified, id, int64(len(data)))
+	p.mu.Unlock()
 	return data, nil
 }
 
 // readVerified reads object id whole and checks its hash.
-func (p *Pool) readVerified(id ID) ([]byte, fileKey, bool, error) {
+func (p *Pool) readVerified(id ID) ([]byte, error) {
 	path := p.Path(id)
 	f, err := p.fs.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fileKey{}, false, &MissingObjectError{ID: id, Path: path, Err: err}
+			return nil, &MissingObjectError{ID: id, Path: path, Err: err}
 		}
-		return nil, fileKey{}, false, fmt.Errorf("pool: read object %s: %w", id, err)
+		return nil, fmt.Errorf("pool: read object %s: %w", id, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fileKey{}, false, fmt.Errorf("pool: read object %s: stat: %w", id, err)
+		return nil, fmt.Errorf("pool: read object %s: stat: %w", id, err)
 	}
-	key, keyOK := keyOf(fi)
 	// Read to EOF rather than trusting the size, so a file that grew is
 	// still hashed whole.
 	data := make([]byte, 0, fi.Size()+1)
@@ -489,16 +481,16 @@ func (p *Pool) readVerified(id ID) ([]byte, fileKey, bool, error) {
 			break
 		}
 		if err != nil {
-			return nil, fileKey{}, false, fmt.Errorf("pool: read object %s: %w", id, err)
+			return nil, fmt.Errorf("pool: read object %s: %w", id, err)
 		}
 		if len(data) == cap(data) {
 			data = append(data, 0)[:len(data)]
 		}
 	}
 	if got := Sum(data); got != id {
-		return nil, fileKey{}, false, p.corruptErr(id, path, got)
+		return nil, p.corruptErr(id, path, got)
 	}
-	return data, key, keyOK, nil
+	return data, nil
 }
 
 // corruptErr records id as corrupt (so that the next Put of its content
@@ -520,12 +512,13 @@ func (p *Pool) isCorrupt(id ID) bool {
 	return ok
 }
 
-// setCache stores m[id]=key, clearing m first if it is full. p.mu held.
-func (p *Pool) setCache(m map[ID]fileKey, id ID, key fileKey) {
+// setCache stores m[id]=v, clearing m first if it is full (losing only
+// the optimisation). p.mu held.
+func setCache[V any](m map[ID]V, id ID, v V) {
 	if _, ok := m[id]; !ok && len(m) >= maxCacheEntries {
 		clear(m)
 	}
-	m[id] = key
+	m[id] = v
 }
 
 // setCorrupt records id as corrupt. p.mu held.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"wsfs/internal/vfs"
 )
@@ -22,7 +23,7 @@ const DefaultSyncParallel = 16
 // Sync each distinct fan-out directory holding them once, and objects/
 // itself if any of those fan-out directories is not yet known durable to
 // this process (see the package doc). An object this process already made
-// durable is skipped while the same inode is still under its name. ids must
+// durable is skipped for a while (see durableWindow). ids must
 // hold the objects the group published and the ones it deduplicated
 // against: another process may have published those and not synced them.
 //
@@ -51,11 +52,10 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 	}
 
 	// Phase 1: object data.
-	keys := make([]fileKey, len(todo))
-	keyOK := make([]bool, len(todo))
+	mtimes := make([]time.Time, len(todo))
 	errs := make([]error, len(todo))
 	runBounded(len(todo), parallel, func(i int) {
-		keys[i], keyOK[i], errs[i] = p.syncObject(todo[i])
+		mtimes[i], errs[i] = p.syncObject(todo[i])
 	})
 	var se SyncError
 	for i, err := range errs {
@@ -124,9 +124,7 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 
 	p.mu.Lock()
 	for i, id := range todo {
-		if keyOK[i] {
-			p.setCache(p.mu.durable, id, keys[i])
-		}
+		setCache(p.mu.durable, id, mtimes[i].Add(durableWindow))
 	}
 	for _, b := range pendingFanouts {
 		p.mu.fanout[b] |= fanoutDurable
@@ -135,48 +133,39 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 	return nil
 }
 
-// knownDurable reports whether this process made object id durable and the
-// same inode is still under its name.
+// knownDurable reports whether this process made object id durable
+// recently enough to trust it (see durableWindow).
 func (p *Pool) knownDurable(id ID) bool {
 	p.mu.Lock()
-	k, ok := p.mu.durable[id]
+	until, ok := p.mu.durable[id]
 	p.mu.Unlock()
-	if !ok {
-		return false
-	}
-	fi, err := p.fs.Stat(p.Path(id))
-	if err != nil {
-		return false
-	}
-	key, keyOK := keyOf(fi)
-	return keyOK && key == k
+	return ok && p.now().Before(until)
 }
 
 // syncObject opens object id read-only and SyncData's it. It returns the
-// identity of the inode it synced.
-func (p *Pool) syncObject(id ID) (fileKey, bool, error) {
+// object's mtime.
+func (p *Pool) syncObject(id ID) (time.Time, error) {
 	path := p.Path(id)
 	f, err := p.fs.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return fileKey{}, false, &MissingObjectError{ID: id, Path: path, Err: err}
+			return time.Time{}, &MissingObjectError{ID: id, Path: path, Err: err}
 		}
-		return fileKey{}, false, fmt.Errorf("pool: sync object %s: open: %w", id, err)
+		return time.Time{}, fmt.Errorf("pool: sync object %s: open: %w", id, err)
 	}
-	var key fileKey
-	var keyOK bool
+	var mtime time.Time
 	fi, err := f.Stat()
 	if err == nil {
-		key, keyOK = keyOf(fi)
+		mtime = fi.ModTime()
 		err = f.SyncData()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fileKey{}, false, fmt.Errorf("pool: sync object %s (%s): %w", id, path, err)
+		return time.Time{}, fmt.Errorf("pool: sync object %s (%s): %w", id, path, err)
 	}
-	return key, keyOK, nil
+	return mtime, nil
 }
 
 // runBounded calls fn(0..n-1) with at most parallel calls running at once.
@@ -218,7 +207,7 @@ func (p *Pool) Republish(id ID) error {
 	p.mu.Lock()
 	delete(p.mu.durable, id)
 	p.mu.Unlock()
-	data, _, _, err := p.readVerified(id)
+	data, err := p.readVerified(id)
 	if err != nil {
 		return fmt.Errorf("pool: republish: %w", err)
 	}
@@ -232,15 +221,14 @@ func (p *Pool) repairFromBytes(id ID, data []byte, reason string) error {
 		return fmt.Errorf("pool: repair object %s: %w", id, err)
 	}
 	_, err = f.Write(data)
-	var key fileKey
-	var keyOK bool
 	if err == nil {
 		err = f.SyncData()
 	}
+	var mtime time.Time
 	if err == nil {
 		var fi os.FileInfo
 		if fi, err = f.Stat(); err == nil {
-			key, keyOK = keyOf(fi)
+			mtime = fi.ModTime()
 		}
 	}
 	if cerr := f.Close(); err == nil {
@@ -250,7 +238,7 @@ func (p *Pool) repairFromBytes(id ID, data []byte, reason string) error {
 		p.removeTemp(tmp)
 		return fmt.Errorf("pool: repair object %s (%s): write and sync new copy %s: %w", id, reason, tmp, err)
 	}
-	return p.replaceDurably(id, tmp, key, keyOK, true, reason)
+	return p.replaceDurably(id, tmp, mtime, int64(len(data)), reason)
 }
 
 // repairFromTemp durably replaces object id with the temp file tmp, whose
@@ -261,13 +249,12 @@ func (p *Pool) repairFromTemp(id ID, tmp string, reason string) error {
 		p.removeTemp(tmp)
 		return fmt.Errorf("pool: repair object %s (%s): open %s: %w", id, reason, tmp, err)
 	}
-	var key fileKey
-	var keyOK bool
+	var mtime time.Time
 	err = f.SyncData()
 	if err == nil {
 		var fi os.FileInfo
 		if fi, err = f.Stat(); err == nil {
-			key, keyOK = keyOf(fi)
+			mtime = fi.ModTime()
 		}
 	}
 	if cerr := f.Close(); err == nil {
@@ -277,13 +264,14 @@ func (p *Pool) repairFromTemp(id ID, tmp string, reason string) error {
 		p.removeTemp(tmp)
 		return fmt.Errorf("pool: repair object %s (%s): sync %s: %w", id, reason, tmp, err)
 	}
-	return p.replaceDurably(id, tmp, key, keyOK, false, reason)
+	return p.replaceDurably(id, tmp, mtime, -1, reason)
 }
 
-// replaceDurably renames the synced temp tmp over object id and syncs the
-// directories that make the entry durable. On success it marks id durable
-// (and verified if the caller hashed the bytes) and no longer corrupt.
-func (p *Pool) replaceDurably(id ID, tmp string, key fileKey, keyOK, verified bool, reason string) error {
+// replaceDurably renames the synced temp tmp (mtime as synced) over object
+// id and syncs the directories that make the entry durable. On success it
+// marks id durable, no longer corrupt, and verified if verifiedSize >= 0
+// (the caller hashed those bytes).
+func (p *Pool) replaceDurably(id ID, tmp string, mtime time.Time, verifiedSize int64, reason string) error {
 	if err := p.ensureFanout(id); err != nil {
 		p.removeTemp(tmp)
 		return err
@@ -308,11 +296,9 @@ func (p *Pool) replaceDurably(id ID, tmp string, key fileKey, keyOK, verified bo
 	}
 	p.mu.Lock()
 	p.mu.fanout[id[0]] |= fanoutDurable
-	if keyOK {
-		p.setCache(p.mu.durable, id, key)
-		if verified {
-			p.setCache(p.mu.verified, id, key)
-		}
+	setCache(p.mu.durable, id, mtime.Add(durableWindow))
+	if verifiedSize >= 0 {
+		setCache(p.mu.verified, id, verifiedSize)
 	}
 	delete(p.mu.corrupt, id)
 	p.mu.Unlock()
