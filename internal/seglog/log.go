@@ -117,7 +117,8 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 	for i, seq := range seqs {
 		var prev *segInfo
 		if i > 0 {
-			prev = &l.segs[i-1]
+			p := l.segs[i-1] // a copy: openSegment appends to l.segs
+			prev = &p
 		}
 		if err := l.openSegment(seq, prev, i == len(seqs)-1); err != nil {
 			if l.active != nil {
@@ -189,10 +190,11 @@ func readFile(fsys vfs.FS, path string) ([]byte, error) {
 		return nil, err
 	}
 	buf := make([]byte, st.Size())
-	if _, err := f.ReadAt(buf, 0); err != nil && !(errors.Is(err, io.EOF)) {
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	return buf, nil
+	return buf[:n], nil // shorter if the file shrank since Stat
 }
 
 // openSegment validates segment seq (following prev, nil for the first
