@@ -655,3 +655,38 @@ func TestRepairIsLogged(t *testing.T) {
 		})
 	}
 }
+
+func TestClosedAndChangedUnderneath(t *testing.T) {
+	fsys, dir := vfs.NewCrashableMem(), "/log"
+	l := mustOpen(t, fsys, dir, Options{SegmentSize: 100})
+	appendAll(t, l, 1, genGroups(40, 8, 2, 50), true)
+
+	// A sealed segment damaged after Open: Replay notices, never hands out
+	// wrong records.
+	p := filepath.Join(dir, segName(1))
+	f, err := fsys.OpenReadWrite(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, segHeaderLen+frameHeaderLen); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var ce *CorruptError
+	if err := l.Replay(0, func(uint64, [][]byte) error { return nil }); !errors.As(err, &ce) || ce.Segment != p {
+		t.Fatalf("Replay over a segment damaged after Open = %v, want *CorruptError for %s", err, p)
+	}
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := l.Append(nil); err == nil {
+		t.Fatal("Append on a closed log succeeded")
+	}
+	if err := l.Sync(); err == nil {
+		t.Fatal("Sync on a closed log succeeded")
+	}
+}
