@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 
@@ -36,6 +38,9 @@ until terminated.`)
 	every := fs.Int("fsync-every", stress.DefaultFsyncEvery, "fsync every Nth written file (1 = every file)")
 	result := fs.String("result", "", "where to write the result JSON")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
 		return usageError{err.Error()}
 	}
 	p, err := stress.ParseProfile(*profile)
@@ -61,6 +66,9 @@ func runNeighbour(ctx context.Context, g *globals, args []string) error {
 	dir := fs.String("dir", "", "directory to write in")
 	n := fs.Int64("bytes", 2<<30, "bytes to keep rewriting")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
 		return usageError{err.Error()}
 	}
 	if *dir == "" {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -29,6 +31,9 @@ Mounts SRC at MNT with go-fuse's loopback file system (multi-threaded,
 interrupt.`)
 	ready := flags.String("ready-file", "", "file to create once the mount is serving")
 	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
 		return usageError{err.Error()}
 	}
 	if flags.NArg() != 2 {

@@ -198,6 +198,8 @@ type HostSummary struct {
 type Sampler struct {
 	procRoot string
 	device   string
+	start    time.Time
+	prev     snapshot // last snapshot taken; owned by the sampling goroutine until done is closed
 	cancel   context.CancelFunc
 	done     chan struct{}
 
@@ -259,7 +261,7 @@ func StartSampler(procRoot, device string) (*Sampler, error) {
 	s.mu.first, s.mu.last, s.mu.haveDisk = prev.disk, prev.disk, device != ""
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	start := prev.at
+	s.start, s.prev = prev.at, prev
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(SampleInterval)
@@ -277,10 +279,10 @@ func StartSampler(procRoot, device string) (*Sampler, error) {
 				s.mu.Unlock()
 				return
 			}
-			s.mu.samples = append(s.mu.samples, sampleBetween(prev, cur, start))
+			s.mu.samples = append(s.mu.samples, sampleBetween(s.prev, cur, s.start))
 			s.mu.last = cur.disk
+			s.prev = cur
 			s.mu.Unlock()
-			prev = cur
 		}
 	}()
 	return s, nil
@@ -311,12 +313,21 @@ func sampleBetween(prev, cur snapshot, start time.Time) HostSample {
 	return hs
 }
 
-// Stop ends sampling and returns the samples and their summary.
+// Stop ends sampling and returns the samples and their summary. It takes a
+// last sample first, so a run shorter than SampleInterval still has one.
 func (s *Sampler) Stop() ([]HostSample, HostSummary, error) {
 	s.cancel()
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.mu.err == nil {
+		if cur, err := s.read(); err != nil {
+			s.mu.err = err
+		} else if cur.at.Sub(s.prev.at) >= time.Millisecond {
+			s.mu.samples = append(s.mu.samples, sampleBetween(s.prev, cur, s.start))
+			s.mu.last = cur.disk
+		}
+	}
 	sum := summarizeHost(s.mu.samples)
 	sum.Device = s.device
 	if s.mu.haveDisk {

@@ -37,8 +37,8 @@ type LatencySummary struct {
 	Max   float64 `json:"max_ms"`
 }
 
-// Summarize computes the percentiles of latency samples given in nanoseconds.
-func Summarize(samples []int64) LatencySummary {
+// SummarizeLatency computes the percentiles of latency samples given in nanoseconds.
+func SummarizeLatency(samples []int64) LatencySummary {
 	if len(samples) == 0 {
 		return LatencySummary{}
 	}

@@ -1,0 +1,645 @@
+package stress
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Arm names: how a workspace's tree is served.
+const (
+	ArmNative      = "native"       // a plain directory, buffered writes
+	ArmNativeFsync = "native-fsync" // a plain directory, fsync after every file: the durability-matched control
+	ArmLoopback    = "loopback"     // go-fuse's loopback over a plain directory: the FUSE floor
+	ArmWsfs        = "wsfs"         // wsfs mount, default (per-entry) drain
+	ArmWsfsSyncfs  = "wsfs-syncfs"  // wsfs mount, legacy syncfs drain
+)
+
+// AllArms lists every arm in the order a run executes them.
+var AllArms = []string{ArmNative, ArmNativeFsync, ArmLoopback, ArmWsfs, ArmWsfsSyncfs}
+
+// Layouts accepted by --layout. Only LayoutShared is implemented.
+const (
+	LayoutShared    = "shared"
+	LayoutDedicated = "dedicated"
+)
+
+// Timeouts of the harness's own waits.
+const (
+	readyTimeout  = 60 * time.Second // daemon mounted / agent prepared
+	stopGrace     = 120 * time.Second
+	neighbourWarm = 3 * time.Second // head start so neighbours have dirtied gigabytes
+)
+
+// Options configure a stress run.
+type Options struct {
+	Exe            string // the wsfs binary; children are started from it
+	Profile        Profile
+	Workspaces     []int    // workspace counts, e.g. 1,3
+	Arms           []string // subset of AllArms
+	Neighbours     []int    // neighbour counts, e.g. 0 or 0,1
+	NeighbourBytes int64    // bytes each neighbour keeps rewriting
+	Repeat         int
+	Seed           int64
+	Out            string // output directory; data lives under Out/runs and is removed after each run
+	Layout         string
+	Keep           bool // keep each run's data
+	// Unavailable maps an arm to why it cannot run in this binary or on
+	// this host (for example the wsfs mount command is not built in). Such
+	// arms are reported as not run and never produce numbers.
+	Unavailable map[string]string
+	// Command is the command line, recorded in the report.
+	Command string
+	Stdout  io.Writer // summary table
+	Stderr  io.Writer // progress
+	// ProcRoot and SysRoot default to /proc and /sys.
+	ProcRoot, SysRoot string
+}
+
+// RunResult is one arm at one workspace count, neighbour count and repeat.
+type RunResult struct {
+	Arm         string         `json:"arm"`
+	Workspaces  int            `json:"workspaces"`
+	Neighbours  int            `json:"neighbours"`
+	Repeat      int            `json:"repeat"`
+	Agents      []*AgentResult `json:"agents"`
+	Host        HostSummary    `json:"host"`
+	HostSamples []HostSample   `json:"host_samples"`
+	Errors      []string       `json:"errors,omitempty"`
+}
+
+// Failed reports whether anything in the run went wrong.
+func (r *RunResult) Failed() bool {
+	if len(r.Errors) > 0 || len(r.Agents) != r.Workspaces {
+		return true
+	}
+	for _, a := range r.Agents {
+		if a == nil || !a.Verified {
+			return true
+		}
+	}
+	return false
+}
+
+// NotRun records an arm that could not run, and why.
+type NotRun struct {
+	Arm    string `json:"arm"`
+	Reason string `json:"reason"`
+}
+
+// Results is everything one invocation produced; results.json holds it.
+type Results struct {
+	Command    string       `json:"command"`
+	Profile    string       `json:"profile"`
+	Files      int          `json:"files_per_workspace"`
+	Bytes      int64        `json:"bytes_per_workspace"`
+	Seed       int64        `json:"seed"`
+	Layout     string       `json:"layout"`
+	Device     string       `json:"device,omitempty"`
+	Host       HostInfo     `json:"host_info"`
+	Started    time.Time    `json:"started"`
+	Summary    []SummaryRow `json:"summary"`
+	Targets    []Target     `json:"targets"`
+	NotRun     []NotRun     `json:"not_run,omitempty"`
+	Runs       []*RunResult `json:"runs"`
+	DeviceNote string       `json:"device_note,omitempty"`
+}
+
+// HostInfo describes the machine.
+type HostInfo struct {
+	Kernel   string `json:"kernel"`
+	CPUs     int    `json:"cpus"`
+	MemoryMB int64  `json:"memory_mb"`
+	Root     bool   `json:"root"`
+}
+
+// Run executes every arm × workspace count × neighbour count × repeat, writes
+// the outputs into opts.Out, and returns the results. The error is non-nil
+// when any run failed (verification, a daemon error) or any arm could not
+// run; the outputs are written in every case that got that far.
+func Run(ctx context.Context, opts Options) (*Results, error) {
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	if opts.SysRoot == "" {
+		opts.SysRoot = "/sys"
+	}
+	if opts.Layout != LayoutShared {
+		return nil, fmt.Errorf("--layout %s is not implemented by wsfs stress yet (it needs internal/layout and `wsfs layout`); use --layout %s", opts.Layout, LayoutShared)
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("output directory: %w", err)
+	}
+	set := GenerateFiles(opts.Profile, opts.Seed, 0)
+	res := &Results{
+		Command: opts.Command, Profile: opts.Profile.Name, Files: len(set.Files), Bytes: set.TotalBytes(),
+		Seed: opts.Seed, Layout: opts.Layout, Host: hostInfo(), Started: time.Now().UTC(),
+	}
+	dev, err := BlockDevice(opts.SysRoot, opts.Out)
+	if err != nil {
+		res.DeviceNote = err.Error()
+	}
+	res.Device = dev
+
+	var arms []string
+	for _, a := range opts.Arms {
+		if why, ok := opts.Unavailable[a]; ok {
+			res.NotRun = append(res.NotRun, NotRun{Arm: a, Reason: why})
+			continue
+		}
+		arms = append(arms, a)
+	}
+	disp := newDisplay(opts.Stderr)
+	for _, nr := range res.NotRun {
+		disp.logf("arm %s not run: %s", nr.Arm, nr.Reason)
+	}
+	total := opts.Repeat * len(opts.Neighbours) * len(opts.Workspaces) * len(arms)
+	i := 0
+	for rep := 1; rep <= opts.Repeat; rep++ {
+		for _, nb := range opts.Neighbours {
+			for _, n := range opts.Workspaces {
+				for _, arm := range arms {
+					if ctx.Err() != nil {
+						break
+					}
+					i++
+					label := fmt.Sprintf("[%d/%d] %s ws=%d nb=%d", i, total, arm, n, nb)
+					r := runOne(ctx, opts, disp, label, arm, n, nb, rep, dev)
+					res.Runs = append(res.Runs, r)
+					disp.runEnd(runLine(r))
+				}
+			}
+		}
+	}
+	res.Summary = Summarize(res.Runs)
+	res.Targets = EvaluateTargets(res.Summary)
+	if err := writeOutputs(opts, res); err != nil {
+		return res, err
+	}
+	var errs []error
+	if ctx.Err() != nil {
+		errs = append(errs, fmt.Errorf("interrupted: %w", ctx.Err()))
+	}
+	for _, r := range res.Runs {
+		for _, e := range r.Errors {
+			errs = append(errs, fmt.Errorf("%s ws=%d nb=%d repeat %d: %s", r.Arm, r.Workspaces, r.Neighbours, r.Repeat, e))
+		}
+	}
+	if len(errs) > 0 {
+		return res, errors.Join(errs...)
+	}
+	if len(res.NotRun) > 0 {
+		var names []string
+		for _, nr := range res.NotRun {
+			names = append(names, nr.Arm+" ("+nr.Reason+")")
+		}
+		return res, &NotRunError{Arms: names}
+	}
+	return res, nil
+}
+
+// NotRunError reports arms that were requested but could not run; the other
+// arms' results are complete.
+type NotRunError struct{ Arms []string }
+
+func (e *NotRunError) Error() string {
+	return "arms not run: " + strings.Join(e.Arms, "; ")
+}
+
+func runLine(r *RunResult) string {
+	if len(r.Errors) > 0 {
+		return "FAILED: " + strings.Join(r.Errors, "; ")
+	}
+	var walls []float64
+	for _, a := range r.Agents {
+		walls = append(walls, float64(a.WallNs)/1e9)
+	}
+	mx := 0.0
+	for _, w := range walls {
+		mx = max(mx, w)
+	}
+	return fmt.Sprintf("median %.2fs max %.2fs, peak dirty %.0f MB, verified", Median(walls), mx, r.Host.PeakDirtyMB)
+}
+
+func hostInfo() HostInfo {
+	h := HostInfo{Root: os.Geteuid() == 0}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		h.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				h.MemoryMB = kb / 1024
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		if c, err := parseProcStat(b); err == nil {
+			h.CPUs = c.CPUs
+		}
+	}
+	return h
+}
+
+// workspaceSetup is where one workspace's agent works, and what serves it.
+type workspaceSetup struct {
+	tree, state string
+	daemon      *proc
+	mnt         string // "" for native arms
+}
+
+// runOne runs one arm at n workspaces with nb neighbours. Errors are
+// recorded in the result; the data directory is always cleaned up (unless
+// --keep) and every mount it made is gone when it returns.
+func runOne(ctx context.Context, opts Options, disp display, label, arm string, n, nb, rep int, dev string) *RunResult {
+	r := &RunResult{Arm: arm, Workspaces: n, Neighbours: nb, Repeat: rep}
+	fail := func(format string, args ...any) { r.Errors = append(r.Errors, fmt.Sprintf(format, args...)) }
+	name := fmt.Sprintf("r%d-%s-ws%d-nb%d", rep, arm, n, nb)
+	runDir := filepath.Join(opts.Out, "runs", name)
+	logDir := filepath.Join(opts.Out, "logs", name)
+	// Fresh directories every run: on ext4 without a journal, creates after
+	// mass deletes are slower, so reusing a directory would skew the next arm.
+	if err := os.RemoveAll(runDir); err != nil {
+		fail("remove stale run directory: %v", err)
+		return r
+	}
+	for _, d := range []string{runDir, logDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			fail("%v", err)
+			return r
+		}
+	}
+	var daemons []*proc
+	var mounts []string
+	defer func() {
+		// Daemons stop last: a wsfs daemon commits and unmounts on SIGTERM
+		// and must exit 0, or the run failed.
+		for _, d := range daemons {
+			if err := d.stop(stopGrace); err != nil {
+				fail("daemon %v", err)
+			}
+		}
+		for _, m := range mounts {
+			if isMounted(m) {
+				fail("mount %s still present after its daemon exited; detaching it", m)
+				if err := forceUnmount(m); err != nil {
+					fail("%v", err)
+				}
+			}
+		}
+		if !opts.Keep {
+			if err := os.RemoveAll(runDir); err != nil {
+				fail("remove run data: %v", err)
+			}
+			dropCaches()
+		}
+	}()
+
+	// 1. The servers.
+	setups, ds, ms, err := setupArm(opts, arm, n, runDir, logDir)
+	daemons, mounts = ds, ms
+	if err != nil {
+		fail("set up %s: %v", arm, err)
+		return r
+	}
+
+	// 2. Noisy neighbours, with a head start to fill the page cache.
+	var neighbours []*proc
+	for j := range nb {
+		p, err := startProc(fmt.Sprintf("neighbour %d", j), opts.Exe,
+			[]string{"agent", "neighbour", "--dir", filepath.Join(runDir, fmt.Sprintf("neighbour-%d", j)),
+				"--bytes", strconv.FormatInt(opts.NeighbourBytes, 10)},
+			nil, filepath.Join(logDir, fmt.Sprintf("neighbour-%d.log", j)), nil)
+		if err != nil {
+			fail("%v", err)
+			break
+		}
+		neighbours = append(neighbours, p)
+	}
+	stopNeighbours := func() {
+		for _, p := range neighbours {
+			if err := p.stop(stopGrace); err != nil {
+				fail("neighbour %v", err)
+			}
+		}
+		neighbours = nil
+	}
+	defer stopNeighbours()
+	if len(r.Errors) > 0 {
+		return r
+	}
+	if nb > 0 {
+		select {
+		case <-time.After(neighbourWarm):
+		case <-ctx.Done():
+			return r
+		}
+	}
+
+	// 3. The agents: start all, wait until every one is prepared, then
+	// release them together.
+	every := DefaultFsyncEvery
+	if arm == ArmNativeFsync {
+		every = 1
+	}
+	disp.runStart(label, n)
+	agents := make([]*agentProc, n)
+	for i, s := range setups {
+		a, err := startAgent(ctx, opts, i, every, s, logDir, disp)
+		if err != nil {
+			fail("workspace %d: %v", i, err)
+			break
+		}
+		agents[i] = a
+	}
+	ready := len(r.Errors) == 0
+	for i, a := range agents {
+		if a == nil {
+			continue
+		}
+		if ready {
+			if err := a.waitReady(readyTimeout); err != nil {
+				fail("workspace %d: %v", i, err)
+				ready = false
+			}
+		}
+	}
+	var sampler *Sampler
+	if ready {
+		sampler, err = StartSampler(opts.ProcRoot, dev)
+		if err != nil {
+			fail("%v", err)
+			ready = false
+		}
+	}
+	for _, a := range agents {
+		if a != nil {
+			a.release(ready) // an unready run closes stdin too, and the agents are killed below
+			if !ready {
+				a.p.signal(syscall.SIGTERM)
+			}
+		}
+	}
+	for i, a := range agents {
+		if a == nil {
+			continue
+		}
+		<-a.p.done
+		res, err := a.result()
+		if res != nil {
+			r.Agents = append(r.Agents, res)
+		}
+		if err != nil && ready {
+			fail("workspace %d: %v", i, err)
+		}
+	}
+	if sampler != nil {
+		samples, sum, err := sampler.Stop()
+		r.HostSamples, r.Host = samples, sum
+		if err != nil {
+			fail("host sampler: %v", err)
+		}
+	}
+	stopNeighbours()
+	// Daemons that died during the run are a failure even if the agents
+	// finished (their mounts would have returned errors anyway).
+	for _, d := range daemons {
+		if d.exited() {
+			fail("daemon exited during the run: %v", d.exitErr())
+		}
+	}
+	return r
+}
+
+// setupArm prepares the trees (and daemons, for the FUSE arms) of n
+// workspaces. It returns the daemons and mounts it started even on error,
+// so the caller can stop them.
+func setupArm(opts Options, arm string, n int, runDir, logDir string) ([]workspaceSetup, []*proc, []string, error) {
+	var setups []workspaceSetup
+	var daemons []*proc
+	var mounts []string
+	ws := func(i int) string { return filepath.Join(runDir, fmt.Sprintf("ws-%d", i)) }
+	switch arm {
+	case ArmNative, ArmNativeFsync:
+		for i := range n {
+			tree := filepath.Join(ws(i), "tree")
+			if err := os.MkdirAll(tree, 0o755); err != nil {
+				return nil, nil, nil, err
+			}
+			// The agent state lives beside the tree, outside what is measured.
+			setups = append(setups, workspaceSetup{tree: tree, state: filepath.Join(ws(i), "agent", "state.db")})
+		}
+	case ArmLoopback:
+		for i := range n {
+			src, mnt := filepath.Join(ws(i), "src"), filepath.Join(ws(i), "mnt")
+			for _, d := range []string{src, mnt} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					return nil, daemons, mounts, err
+				}
+			}
+			readyFile := filepath.Join(ws(i), "ready")
+			p, err := startProc(fmt.Sprintf("loopback daemon %d", i), opts.Exe,
+				[]string{"loopback", "--ready-file", readyFile, src, mnt}, nil,
+				filepath.Join(logDir, fmt.Sprintf("daemon-%d.log", i)), nil)
+			if err != nil {
+				return nil, daemons, mounts, err
+			}
+			daemons, mounts = append(daemons, p), append(mounts, mnt)
+			if err := waitReady(p, readyFile, readyTimeout); err != nil {
+				return nil, daemons, mounts, err
+			}
+			setups = append(setups, workspaceSetup{tree: mnt, state: filepath.Join(ws(i), "agent", "state.db"), daemon: p, mnt: mnt})
+		}
+	case ArmWsfs, ArmWsfsSyncfs:
+		drain := "entry"
+		if arm == ArmWsfsSyncfs {
+			drain = "syncfs"
+		}
+		home := filepath.Join(runDir, "home")
+		if err := runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "init", "--home", home); err != nil {
+			return nil, nil, nil, err
+		}
+		for i := range n {
+			name := fmt.Sprintf("ws-%d", i)
+			if err := runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "create", "--home", home, name); err != nil {
+				return nil, daemons, mounts, err
+			}
+			mnt := filepath.Join(runDir, "mnt", name)
+			if err := os.MkdirAll(mnt, 0o755); err != nil {
+				return nil, daemons, mounts, err
+			}
+			readyFile := filepath.Join(runDir, name+".ready")
+			p, err := startProc(fmt.Sprintf("wsfs daemon %s", name), opts.Exe,
+				[]string{"mount", "--home", home, "--drain", drain, "--ready-file", readyFile, name, mnt}, nil,
+				filepath.Join(logDir, fmt.Sprintf("daemon-%d.log", i)), nil)
+			if err != nil {
+				return nil, daemons, mounts, err
+			}
+			daemons, mounts = append(daemons, p), append(mounts, mnt)
+			if err := waitReady(p, readyFile, readyTimeout); err != nil {
+				return nil, daemons, mounts, err
+			}
+			state := filepath.Join(home, "state", "workspaces", name, "agent", "state.db")
+			setups = append(setups, workspaceSetup{tree: mnt, state: state, daemon: p, mnt: mnt})
+		}
+	default:
+		return nil, nil, nil, fmt.Errorf("unknown arm %q", arm)
+	}
+	return setups, daemons, mounts, nil
+}
+
+// runTool runs a short wsfs command (init, create) to completion.
+func runTool(exe, logPath string, args ...string) error {
+	cmd := exec.Command(exe, args...)
+	out, err := cmd.CombinedOutput()
+	if f, ferr := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); ferr == nil {
+		fmt.Fprintf(f, "$ wsfs %s\n%s", strings.Join(args, " "), out)
+		f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("wsfs %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// agentProc is a running stub agent.
+type agentProc struct {
+	p          *proc
+	stdin      io.WriteCloser
+	resultPath string
+	readyCh    chan struct{}
+	readyOnce  sync.Once
+	sawDone    bool
+	scanDone   chan struct{}
+}
+
+func startAgent(ctx context.Context, opts Options, i, fsyncEvery int, s workspaceSetup, logDir string, disp display) (*agentProc, error) {
+	a := &agentProc{
+		resultPath: filepath.Join(logDir, fmt.Sprintf("agent-%d.json", i)),
+		readyCh:    make(chan struct{}),
+		scanDone:   make(chan struct{}),
+	}
+	// The agent's stdout is a pipe the harness owns (not cmd.StdoutPipe),
+	// so reading it to EOF does not race with the process being reaped.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"agent", "--root", s.tree, "--profile", opts.Profile.Name,
+		"--seed", strconv.FormatInt(opts.Seed, 10), "--workspace", strconv.Itoa(i),
+		"--fsync-every", strconv.Itoa(fsyncEvery), "--result", a.resultPath}
+	p, err := startProc(fmt.Sprintf("agent %d", i), opts.Exe, args,
+		[]string{AgentEnvState + "=" + s.state},
+		filepath.Join(logDir, fmt.Sprintf("agent-%d.log", i)),
+		func(cmd *exec.Cmd) error {
+			var err error
+			if a.stdin, err = cmd.StdinPipe(); err != nil {
+				return err
+			}
+			cmd.Stdout = pw
+			return nil
+		})
+	pw.Close() // the child holds its own copy
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	a.p = p
+	go func() {
+		defer close(a.scanDone)
+		defer pr.Close()
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			m, ok := parseAgentLine(sc.Text())
+			if !ok {
+				continue
+			}
+			switch m.kind {
+			case msgReady:
+				a.readyOnce.Do(func() { close(a.readyCh) })
+			case msgProgress:
+				disp.update(i, m.phase, m.done, m.total)
+			case msgDone:
+				a.sawDone = true
+			}
+		}
+	}()
+	// Stop the agent if the harness is interrupted.
+	go func() {
+		select {
+		case <-ctx.Done():
+			p.signal(syscall.SIGTERM)
+		case <-p.done:
+		}
+	}()
+	return a, nil
+}
+
+func (a *agentProc) waitReady(timeout time.Duration) error {
+	select {
+	case <-a.readyCh:
+		return nil
+	case <-a.p.done:
+		return fmt.Errorf("agent exited before it was ready: %v%s", a.p.err, a.p.logTail())
+	case <-time.After(timeout):
+		return fmt.Errorf("agent not ready after %v%s", timeout, a.p.logTail())
+	}
+}
+
+// release starts the agent (start=true) or lets it see EOF before it is
+// stopped.
+func (a *agentProc) release(start bool) {
+	if start {
+		io.WriteString(a.stdin, "go\n")
+	}
+	a.stdin.Close()
+}
+
+// result reads the agent's result file after it exited.
+func (a *agentProc) result() (*AgentResult, error) {
+	<-a.scanDone
+	b, err := os.ReadFile(a.resultPath)
+	if err != nil {
+		if a.p.err != nil {
+			return nil, a.p.exitErr()
+		}
+		return nil, fmt.Errorf("agent wrote no result: %w", err)
+	}
+	var res AgentResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("agent result %s: %w", a.resultPath, err)
+	}
+	if res.Error != "" {
+		return &res, errors.New(res.Error)
+	}
+	if a.p.err != nil {
+		return &res, a.p.exitErr()
+	}
+	if !res.Verified {
+		return &res, errors.New("agent reported an unverified run without an error")
+	}
+	return &res, nil
+}
+
+// dropCaches empties the page cache between runs when running as root, so
+// no run reads what the previous one left cached. The previous run's data
+// has been deleted by then, so this does not need (and does not call) sync:
+// the pages of deleted files are discarded, not written.
+func dropCaches() {
+	if os.Geteuid() != 0 {
+		return
+	}
+	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("1\n"), 0o200)
+}
