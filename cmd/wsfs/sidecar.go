@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"wsfs/internal/agentstate"
+	"wsfs/internal/host"
+)
+
+// The sidecar command is internal: `wsfs up` starts one per workspace (and
+// systemd's wsfs-sidecar@.service does in production).
+func init() {
+	register(command{
+		name:    "sidecar",
+		summary: "(internal) replicate one workspace's agent state database with Litestream",
+		run:     runSidecar,
+	})
+}
+
+const sidecarAbout = `
+Replicates the agent state database of workspace NAME
+(STATE/workspaces/NAME/agent/state.db, created in WAL mode if missing) with
+Litestream until SIGINT/SIGTERM, then syncs a last time and exits 0.
+'wsfs up' starts one per workspace; run it by hand only for debugging.
+
+The replica is the file replica POOL/replicas/NAME unless --replica or the
+host config's "agent_state": {"replica_url": ...} names another. A replica
+that cannot be reached is an error at start-up (exit 1); the workspace's
+daemon does not depend on it and keeps serving files.
+
+Replication is asynchronous: a transaction reaches the replica within about
+one --sync-interval, so a host loss can cost the last interval. Callers
+that need a confirmed position run 'wsfs state sync NAME'.`
+
+func runSidecar(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "sidecar", "NAME", sidecarAbout)
+	g.homeFlag(fs)
+	replica := fs.String("replica", "", "replica path or Litestream replica URL for this workspace (default: config, else POOL/replicas/NAME)")
+	interval := fs.Duration("sync-interval", time.Second, "how often Litestream uploads new transactions (the window that can be lost)")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() != 1 {
+		return usageError{"expected one workspace NAME"}
+	}
+	if *interval <= 0 {
+		return usageError{"--sync-interval must be positive"}
+	}
+	name := fs.Arg(0)
+	h, err := openHostChecked(g.home, name)
+	if err != nil {
+		return err
+	}
+	url, err := agentstate.ReplicaURL(h, name, *replica)
+	if err != nil {
+		return err
+	}
+	p := agentstate.PathsFor(h, name)
+	return agentstate.Run(ctx, agentstate.Options{
+		Workspace:    name,
+		DBPath:       p.DB,
+		ReplicaURL:   url,
+		SocketPath:   p.Socket,
+		StatusPath:   p.Status,
+		SyncInterval: *interval,
+		Logger:       slog.New(slog.NewTextHandler(g.stderr, nil)),
+	})
+}
+
+// openHostChecked opens the host at home and checks that workspace name
+// exists; both failures are unmet preconditions.
+func openHostChecked(home, name string) (*host.Host, error) {
+	h, err := host.Open(home)
+	if err != nil {
+		if errors.Is(err, host.ErrNoHost) {
+			return nil, preconditionError{err}
+		}
+		return nil, err
+	}
+	if name != "" {
+		if err := h.CheckWorkspace(name); err != nil {
+			if errors.Is(err, host.ErrNoWorkspace) {
+				return nil, preconditionError{err}
+			}
+			return nil, usageError{err.Error()}
+		}
+	}
+	return h, nil
+}

@@ -1,0 +1,434 @@
+package agentstate
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as a sidecar process: with WSFS_TEST_SIDECAR set
+// it runs Run with options from the environment until SIGTERM. That gives
+// the kill test a real process running the real sidecar code.
+func TestMain(m *testing.M) {
+	if os.Getenv("WSFS_TEST_SIDECAR") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		err := Run(ctx, Options{
+			Workspace:    "child",
+			DBPath:       os.Getenv("WSFS_TEST_DB"),
+			ReplicaURL:   os.Getenv("WSFS_TEST_REPLICA"),
+			SocketPath:   os.Getenv("WSFS_TEST_SOCKET"),
+			StatusPath:   os.Getenv("WSFS_TEST_STATUS"),
+			SyncInterval: 50 * time.Millisecond,
+			Logger:       slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sidecar:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const schema = `CREATE TABLE IF NOT EXISTS progress (id INTEGER PRIMARY KEY, step TEXT NOT NULL, payload BLOB NOT NULL)`
+
+// writer inserts rows, one transaction each, until stopped.
+type writer struct {
+	db   *sql.DB
+	mu   sync.Mutex
+	next int
+}
+
+func newWriter(t *testing.T, path string) *writer {
+	t.Helper()
+	db, err := OpenDB(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(schema); err != nil {
+		t.Fatal(err)
+	}
+	return &writer{db: db, next: 1}
+}
+
+func (w *writer) insert(t *testing.T, n int) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for range n {
+		payload := strings.Repeat(fmt.Sprintf("%08d", w.next), 1+w.next%300)
+		if _, err := w.db.Exec(`INSERT INTO progress (id, step, payload) VALUES (?, ?, ?)`, w.next, fmt.Sprintf("step-%d", w.next), []byte(payload)); err != nil {
+			t.Errorf("insert %d: %v", w.next, err)
+			return
+		}
+		w.next++
+	}
+}
+
+// background inserts rows until the returned stop function is called; stop
+// returns once the last insert has committed.
+func (w *writer) background(t *testing.T) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			w.insert(t, 5)
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// dump returns every row of every table, in order, as strings.
+func dump(t *testing.T, path string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var out []string
+	rows, err := db.Query(`SELECT key, value FROM wsfs_meta ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, "meta "+k+"="+v)
+	}
+	rows.Close()
+	rows, err = db.Query(`SELECT id, step, payload FROM progress ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int
+		var step string
+		var payload []byte
+		if err := rows.Scan(&id, &step, &payload); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%d %s %x", id, step, payload))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameRows(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if slices.Equal(got, want) {
+		return
+	}
+	t.Errorf("%s: %d rows, want %d", what, len(got), len(want))
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			t.Errorf("first difference at row %d:\n got  %.80s\n want %.80s", i, got[i], want[i])
+			break
+		}
+	}
+}
+
+func testOptions(t *testing.T) Options {
+	dir := t.TempDir()
+	return Options{
+		Workspace:    "ws-test",
+		DBPath:       filepath.Join(dir, "agent", DBName),
+		ReplicaURL:   filepath.Join(dir, "replica"),
+		SocketPath:   filepath.Join(dir, "agent", SocketName),
+		StatusPath:   filepath.Join(dir, "agent", StatusName),
+		SyncInterval: 50 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func TestReplicateWhileWritingRestoreEveryRow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, opts.DBPath)
+	stop := w.background(t)
+	// Let background replication run concurrently with the writes until
+	// the replica has confirmed part of them on its own.
+	for st := s.Status(); st.ReplicaTXID < 3; st = s.Status() {
+		if ctx.Err() != nil {
+			t.Fatal("background replication made no progress:", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	w.insert(t, 50)
+
+	// Sync-and-wait, over the socket like `wsfs state sync`.
+	pos, err := RequestSync(ctx, opts.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos.TXID == 0 {
+		t.Fatal("confirmed position is zero")
+	}
+	want := dump(t, opts.DBPath)
+	if len(want) < 50 {
+		t.Fatalf("only %d rows written", len(want))
+	}
+
+	to := filepath.Join(t.TempDir(), "restored.db")
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: to}); err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "restore after sync", dump(t, to), want)
+
+	// A restore never overwrites.
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: to}); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("restore onto an existing file: err = %v, want a refusal", err)
+	}
+
+	final, err := s.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.TXID < pos.TXID {
+		t.Errorf("final position %d before the confirmed %d", final.TXID, pos.TXID)
+	}
+	st, err := ReadStatus(opts.StatusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ReplicaTXID != final.TXID || st.Lag() != 0 {
+		t.Errorf("final status %+v, want replica txid %d and no lag", st, final.TXID)
+	}
+	if _, err := os.Stat(opts.SocketPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left behind after Close: %v", err)
+	}
+}
+
+func TestRestoreAtTime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	w := newWriter(t, opts.DBPath)
+	w.insert(t, 20)
+	if _, err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantA := dump(t, opts.DBPath)
+	// LTX timestamps have millisecond resolution: step past the current
+	// millisecond so that "at" falls strictly between the two batches.
+	at := time.Now()
+	for time.Now().UnixMilli() <= at.UnixMilli()+1 {
+		time.Sleep(time.Millisecond)
+	}
+	w.insert(t, 20)
+	if _, err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantB := dump(t, opts.DBPath)
+
+	toA := filepath.Join(t.TempDir(), "a.db")
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: toA, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "restore --at between the batches", dump(t, toA), wantA)
+	toB := filepath.Join(t.TempDir(), "b.db")
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: toB}); err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "restore latest", dump(t, toB), wantB)
+}
+
+type child struct {
+	*exec.Cmd
+	exited chan struct{} // closed once Wait returned
+}
+
+// startChild starts the test binary as a sidecar process.
+func startChild(t *testing.T, opts Options) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		"WSFS_TEST_SIDECAR=1",
+		"WSFS_TEST_DB="+opts.DBPath,
+		"WSFS_TEST_REPLICA="+opts.ReplicaURL,
+		"WSFS_TEST_SOCKET="+opts.SocketPath,
+		"WSFS_TEST_STATUS="+opts.StatusPath,
+	)
+	cmd.Stderr = testWriter{t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{Cmd: cmd, exited: make(chan struct{})}
+	go func() { cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-c.exited
+	})
+	return c
+}
+
+// waitStatus polls the status file until cond holds or ctx ends.
+func waitStatus(ctx context.Context, t *testing.T, path string, c *child, cond func(Status) bool) Status {
+	t.Helper()
+	pid := c.Process.Pid
+	for {
+		select {
+		case <-c.exited:
+			t.Fatalf("sidecar %d exited: %v", pid, c.ProcessState)
+		default:
+		}
+		st, err := ReadStatus(path)
+		if err == nil && st.PID == pid && cond(st) {
+			return st
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("sidecar %d status never satisfied the condition: last %+v, %v", pid, st, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSidecarKilledMidStreamResumes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	if err := Ensure(opts.DBPath, "child"); err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, opts.DBPath)
+	stop := w.background(t)
+	defer stop()
+
+	first := startChild(t, opts)
+	st := waitStatus(ctx, t, opts.StatusPath, first, func(s Status) bool { return s.ReplicaTXID >= 5 })
+	t.Logf("first sidecar replicated up to txid %d; killing it", st.ReplicaTXID)
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.exited
+	if ws, ok := first.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("first sidecar ended with %v, want SIGKILL", first.ProcessState)
+	}
+	w.insert(t, 30) // committed while no sidecar runs
+
+	second := startChild(t, opts)
+	// Replication resumes beyond where the killed one stopped.
+	waitStatus(ctx, t, opts.StatusPath, second, func(s Status) bool { return s.ReplicaTXID > st.ReplicaTXID })
+	stop()
+	pos, err := RequestSync(ctx, opts.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dump(t, opts.DBPath)
+	t.Logf("confirmed %s with %d rows", pos, len(want))
+
+	to := filepath.Join(t.TempDir(), "restored.db")
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: to}); err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "restore after kill and resume", dump(t, to), want)
+
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-second.exited:
+	case <-ctx.Done():
+		t.Fatal("sidecar did not stop after SIGTERM")
+	}
+	if !second.ProcessState.Success() {
+		t.Errorf("sidecar stopped by SIGTERM: %v, want exit 0", second.ProcessState)
+	}
+}
+
+func TestUnreachableReplica(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ url, want string }{
+		{filepath.Join(blocker, "replica"), "cannot be reached"},
+		{"file://" + filepath.Join(blocker, "replica"), "cannot be reached"},
+		{"nosuch://bucket/path", `scheme "nosuch" is not compiled into this wsfs`},
+	} {
+		opts := testOptions(t)
+		opts.ReplicaURL = tc.url
+		s, err := Start(ctx, opts)
+		if err == nil {
+			s.Close(ctx)
+			t.Errorf("Start with replica %s succeeded", tc.url)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Start with replica %s: %v, want it to say %q", tc.url, err, tc.want)
+		}
+	}
+}
+
+func TestOneSidecarPerDatabase(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if s2, err := Start(ctx, opts); err == nil {
+		s2.Close(ctx)
+		t.Fatal("a second sidecar started on the same database")
+	} else if !strings.Contains(err.Error(), "already replicating") {
+		t.Errorf("second sidecar: %v", err)
+	}
+}
+
+func TestRequestSyncWithoutSidecar(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := RequestSync(ctx, filepath.Join(t.TempDir(), SocketName))
+	if err == nil || !strings.Contains(err.Error(), "no sidecar answers") {
+		t.Errorf("RequestSync without a sidecar: %v", err)
+	}
+}

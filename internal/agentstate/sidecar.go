@@ -1,0 +1,478 @@
+package agentstate
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/litestream"
+	"github.com/superfly/ltx"
+
+	"wsfs/internal/vfs"
+)
+
+// Options configure a Sidecar.
+type Options struct {
+	// Workspace names the workspace (for logs and the status file).
+	Workspace string
+	// DBPath is the agent's state database. Created (WAL mode) if missing.
+	DBPath string
+	// ReplicaURL is the replica: a directory path (file replica) or a
+	// Litestream replica URL. Required.
+	ReplicaURL string
+	// SocketPath, if set, is where the sidecar listens for sync requests
+	// (RequestSync). A stale socket left by a killed sidecar is replaced.
+	SocketPath string
+	// StatusPath, if set, is rewritten every StatusInterval with a Status.
+	StatusPath string
+	// SyncInterval is how often Litestream looks at the WAL and uploads new
+	// transactions: the window an unconfirmed transaction can be lost in.
+	// Default 1s.
+	SyncInterval time.Duration
+	// StatusInterval is how often the status file is rewritten. Default 1s.
+	StatusInterval time.Duration
+	// CheckTimeout bounds the start-up reachability check of the replica.
+	// Default 10s.
+	CheckTimeout time.Duration
+	// ShutdownSyncTimeout bounds the final sync in Close. Default 30s.
+	ShutdownSyncTimeout time.Duration
+	// Logger receives the sidecar's and Litestream's messages.
+	Logger *slog.Logger
+}
+
+// Position is a confirmed replica position: every transaction up to TXID is
+// in the replica.
+type Position struct {
+	TXID uint64    `json:"txid"`
+	At   time.Time `json:"at"` // when it was confirmed
+}
+
+func (p Position) String() string {
+	return fmt.Sprintf("txid %s (%d) confirmed at %s", ltx.TXID(p.TXID), p.TXID, p.At.UTC().Format(time.RFC3339Nano))
+}
+
+// Status is what a running sidecar reports about itself.
+type Status struct {
+	Workspace string `json:"workspace"`
+	PID       int    `json:"pid"`
+	DB        string `json:"db"`
+	Replica   string `json:"replica"`
+	// LocalTXID is the last transaction Litestream has taken from the WAL
+	// (not counting frames committed since its last look, at most one
+	// SyncInterval ago).
+	LocalTXID uint64 `json:"local_txid"`
+	// ReplicaTXID is the last transaction acknowledged by the replica.
+	ReplicaTXID uint64 `json:"replica_txid"`
+	// LastSyncAt is the last time a replica sync succeeded (zero: never).
+	LastSyncAt time.Time `json:"last_sync_at"`
+	// UpdatedAt is when this status was written; a status much older than
+	// the status interval belongs to a sidecar that is no longer running.
+	UpdatedAt time.Time `json:"updated_at"`
+	// Error is the last replication error, empty once a sync succeeds again.
+	Error string `json:"error,omitempty"`
+}
+
+// Lag is the number of transactions taken from the WAL but not yet in the
+// replica.
+func (s Status) Lag() uint64 {
+	if s.LocalTXID > s.ReplicaTXID {
+		return s.LocalTXID - s.ReplicaTXID
+	}
+	return 0
+}
+
+// Sidecar replicates one agent state database. Create it with Start; stop it
+// with Close. Its methods are safe for concurrent use.
+type Sidecar struct {
+	opts   Options
+	log    *slog.Logger
+	db     *litestream.DB
+	store  *litestream.Store
+	lock   io.Closer
+	ln     net.Listener
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		lastErr string
+		closed  bool
+	}
+}
+
+// Start checks the replica, creates the database if needed and starts
+// replicating it. It returns an error (and replicates nothing) if the
+// replica cannot be reached, if another sidecar already serves the same
+// socket, or if the database cannot be opened.
+func Start(ctx context.Context, opts Options) (*Sidecar, error) {
+	if opts.DBPath == "" || opts.ReplicaURL == "" {
+		return nil, errors.New("agentstate: DBPath and ReplicaURL are required")
+	}
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = time.Second
+	}
+	if opts.StatusInterval <= 0 {
+		opts.StatusInterval = time.Second
+	}
+	if opts.CheckTimeout <= 0 {
+		opts.CheckTimeout = 10 * time.Second
+	}
+	if opts.ShutdownSyncTimeout <= 0 {
+		opts.ShutdownSyncTimeout = litestream.DefaultShutdownSyncTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	log := opts.Logger.With("workspace", opts.Workspace)
+	s := &Sidecar{opts: opts, log: log}
+
+	client, err := NewReplicaClient(opts.ReplicaURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckReplica(ctx, client, opts.ReplicaURL, opts.CheckTimeout); err != nil {
+		return nil, err
+	}
+	if err := vfs.Default.MkdirAll(filepath.Dir(opts.DBPath), 0o755); err != nil {
+		return nil, fmt.Errorf("create agent state directory: %w", err)
+	}
+	// One sidecar per database: two would upload conflicting LTX files.
+	lock, err := vfs.Default.Lock(opts.DBPath + ".sidecar-lock")
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("another sidecar is already replicating %s", opts.DBPath)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock agent state: %w", err)
+	}
+	s.lock = lock
+	fail := func(err error) (*Sidecar, error) {
+		if s.ln != nil {
+			s.ln.Close()
+		}
+		lock.Close()
+		return nil, err
+	}
+	if err := Ensure(opts.DBPath, opts.Workspace); err != nil {
+		return fail(err)
+	}
+
+	db := litestream.NewDB(opts.DBPath)
+	db.Logger = log.With("db", filepath.Base(opts.DBPath))
+	db.MonitorInterval = opts.SyncInterval
+	db.ShutdownSyncTimeout = opts.ShutdownSyncTimeout
+	r := litestream.NewReplicaWithClient(db, client)
+	r.SyncInterval = opts.SyncInterval
+	db.Replica = r
+	if fc, ok := client.(interface{ SetLogger(*slog.Logger) }); ok {
+		fc.SetLogger(log)
+	}
+	levels := litestream.CompactionLevels{
+		{Level: 0},
+		{Level: 1, Interval: 30 * time.Second},
+		{Level: 2, Interval: 5 * time.Minute},
+		{Level: 3, Interval: time.Hour},
+	}
+	store := litestream.NewStore([]*litestream.DB{db}, levels)
+	store.Logger = log
+	store.SetShutdownSyncTimeout(opts.ShutdownSyncTimeout)
+	if err := store.Open(ctx); err != nil {
+		return fail(fmt.Errorf("start replication of %s: %w", opts.DBPath, err))
+	}
+	s.db, s.store = db, store
+
+	if opts.SocketPath != "" {
+		if len(opts.SocketPath) >= 108 {
+			store.Close(context.Background())
+			return fail(fmt.Errorf("socket path %s is %d bytes, longer than a unix socket address allows (107): use a shorter host directory", opts.SocketPath, len(opts.SocketPath)))
+		}
+		// We hold the lock, so any socket file is a dead sidecar's.
+		if err := vfs.Default.Remove(opts.SocketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			store.Close(context.Background())
+			return fail(fmt.Errorf("remove stale socket: %w", err))
+		}
+		ln, err := net.Listen("unix", opts.SocketPath)
+		if err != nil {
+			store.Close(context.Background())
+			return fail(fmt.Errorf("listen on %s: %w", opts.SocketPath, err))
+		}
+		s.ln = ln
+	}
+
+	bg, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if s.ln != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.serve(bg) }()
+	}
+	if opts.StatusPath != "" {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.statusLoop(bg) }()
+	}
+	log.Info("replicating agent state", "db", opts.DBPath, "replica", opts.ReplicaURL, "sync_interval", opts.SyncInterval)
+	return s, nil
+}
+
+// Sync asks Litestream to take every committed WAL frame and upload it, and
+// waits for the replica to acknowledge. On success every transaction
+// committed before the call is in the replica.
+func (s *Sidecar) Sync(ctx context.Context) (Position, error) {
+	if err := s.db.SyncAndWait(ctx); err != nil {
+		s.setErr(err)
+		return Position{}, fmt.Errorf("sync %s to %s: %w", s.opts.DBPath, s.opts.ReplicaURL, err)
+	}
+	// Every frame committed before the call was converted by db.Sync and
+	// uploaded by Replica.Sync, which advances Pos only after the client
+	// acknowledged a file. A zero position after a successful sync would be
+	// a contradiction: never report it as confirmed.
+	txid := uint64(s.db.Replica.Pos().TXID)
+	if txid == 0 {
+		err := fmt.Errorf("sync %s: replica position unknown after sync", s.opts.DBPath)
+		s.setErr(err)
+		return Position{}, err
+	}
+	s.setErr(nil)
+	return Position{TXID: txid, At: time.Now()}, nil
+}
+
+// Status reports the sidecar's current view.
+func (s *Sidecar) Status() Status {
+	st := Status{
+		Workspace: s.opts.Workspace,
+		PID:       os.Getpid(),
+		DB:        s.opts.DBPath,
+		Replica:   s.opts.ReplicaURL,
+		UpdatedAt: time.Now(),
+	}
+	if pos, err := s.db.Pos(); err == nil {
+		st.LocalTXID = uint64(pos.TXID)
+	}
+	st.ReplicaTXID = uint64(s.db.Replica.Pos().TXID)
+	st.LastSyncAt = s.db.LastSuccessfulSyncAt()
+	s.mu.Lock()
+	st.Error = s.mu.lastErr
+	s.mu.Unlock()
+	if st.Error == "" && st.ReplicaTXID == 0 && st.LocalTXID > 0 {
+		// Litestream clears the replica position when a background sync
+		// fails; say so rather than show a silent zero.
+		st.Error = "replica position unknown (a background sync failed; see the sidecar log)"
+	}
+	return st
+}
+
+// Close syncs a last time (bounded by ShutdownSyncTimeout), stops
+// replicating and releases the database. It returns the final confirmed
+// position, or the error that prevented it: a sidecar stopped with an error
+// may have left the last transactions out of the replica.
+func (s *Sidecar) Close(ctx context.Context) (Position, error) {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return Position{}, errors.New("sidecar already closed")
+	}
+	s.mu.closed = true
+	s.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownSyncTimeout)
+	pos, syncErr := s.Sync(sctx)
+	cancel()
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.cancel()
+	s.wg.Wait()
+	if s.opts.StatusPath != "" {
+		s.writeStatus()
+	}
+	err := s.store.Close(ctx)
+	if s.ln != nil {
+		vfs.Default.Remove(s.opts.SocketPath)
+	}
+	s.lock.Close()
+	if syncErr != nil {
+		return Position{}, fmt.Errorf("final sync: %w", syncErr)
+	}
+	if err != nil {
+		return pos, fmt.Errorf("stop replication: %w", err)
+	}
+	s.log.Info("agent state replication stopped", "position", pos.String())
+	return pos, nil
+}
+
+func (s *Sidecar) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.mu.lastErr = ""
+	} else {
+		s.mu.lastErr = err.Error()
+	}
+}
+
+func (s *Sidecar) statusLoop(ctx context.Context) {
+	t := time.NewTicker(s.opts.StatusInterval)
+	defer t.Stop()
+	for {
+		s.writeStatus()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// writeStatus publishes the status file atomically (temp + rename). It is
+// advisory, so it is not synced.
+func (s *Sidecar) writeStatus() {
+	data, err := json.MarshalIndent(s.Status(), "", "  ")
+	if err != nil {
+		return
+	}
+	data = append(data, '\n')
+	if err := vfs.Publish(vfs.Default, s.opts.StatusPath, false, func(f vfs.File) error {
+		_, err := f.Write(data)
+		return err
+	}); err != nil {
+		s.log.Warn("cannot write sidecar status", "path", s.opts.StatusPath, "err", err)
+	}
+}
+
+// request and response are the socket protocol: one JSON line each way per
+// connection.
+type request struct {
+	Op string `json:"op"` // "sync" or "status"
+}
+
+type response struct {
+	Position *Position `json:"position,omitempty"`
+	Status   *Status   `json:"status,omitempty"`
+	Error    string    `json:"error,omitempty"`
+}
+
+func (s *Sidecar) serve(ctx context.Context) {
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("sidecar socket accept failed", "err", err)
+			}
+			return
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			defer c.Close()
+			s.handle(ctx, c)
+		}()
+	}
+}
+
+func (s *Sidecar) handle(ctx context.Context, c net.Conn) {
+	var req request
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &req)
+	}
+	var resp response
+	switch {
+	case err != nil:
+		resp.Error = "bad request: " + err.Error()
+	case req.Op == "sync":
+		pos, err := s.Sync(ctx)
+		if err != nil {
+			resp.Error = err.Error()
+		} else {
+			resp.Position = &pos
+		}
+	case req.Op == "status":
+		st := s.Status()
+		resp.Status = &st
+	default:
+		resp.Error = fmt.Sprintf("unknown op %q", req.Op)
+	}
+	out, _ := json.Marshal(resp)
+	c.Write(append(out, '\n'))
+}
+
+// RequestSync asks the sidecar listening on socketPath to sync now and
+// returns the replica position it confirmed. It fails if no sidecar
+// listens there or if the sync failed; it never reports an unconfirmed
+// position.
+func RequestSync(ctx context.Context, socketPath string) (Position, error) {
+	resp, err := call(ctx, socketPath, request{Op: "sync"})
+	if err != nil {
+		return Position{}, err
+	}
+	if resp.Position == nil {
+		return Position{}, errors.New("sidecar answered without a position")
+	}
+	return *resp.Position, nil
+}
+
+func call(ctx context.Context, socketPath string, req request) (response, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socketPath)
+	if err != nil {
+		return response{}, fmt.Errorf("no sidecar answers on %s (%v): is `wsfs up` (or `wsfs sidecar`) running for this workspace?", socketPath, err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	out, _ := json.Marshal(req)
+	if _, err := c.Write(append(out, '\n')); err != nil {
+		return response{}, fmt.Errorf("sidecar %s: %w", socketPath, err)
+	}
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			return response{}, fmt.Errorf("sidecar %s: %w", socketPath, context.Cause(ctx))
+		}
+		return response{}, fmt.Errorf("sidecar %s closed the connection without an answer: %w", socketPath, err)
+	}
+	var resp response
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return response{}, fmt.Errorf("sidecar %s: bad answer: %w", socketPath, err)
+	}
+	if resp.Error != "" {
+		return resp, errors.New(resp.Error)
+	}
+	return resp, nil
+}
+
+// ReadStatus reads a sidecar's status file. A missing file yields an error
+// satisfying errors.Is(err, fs.ErrNotExist).
+func ReadStatus(path string) (Status, error) {
+	f, err := vfs.Default.Open(path)
+	if err != nil {
+		return Status{}, err
+	}
+	defer f.Close()
+	var st Status
+	if err := json.NewDecoder(f).Decode(&st); err != nil {
+		return Status{}, fmt.Errorf("sidecar status %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// Run starts a sidecar, replicates until ctx is done, then closes it with a
+// final sync. It is the body of `wsfs sidecar`.
+func Run(ctx context.Context, opts Options) error {
+	s, err := Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	_, err = s.Close(context.WithoutCancel(ctx))
+	return err
+}
