@@ -63,7 +63,9 @@
 //
 // Open and ReadAll verify that the bytes hash to the object's ID; a mismatch
 // is a *CorruptObjectError, never wrong bytes. Open verifies an object once
-// per process (and again if the file under the name was replaced).
+// per process (and again if its size changed); ReadAll verifies every time.
+// A corrupt object is remembered, and the next Put or PublishStaging of its
+// content replaces it durably.
 //
 // # Failed syncs (fsyncgate)
 //
