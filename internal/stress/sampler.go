@@ -323,7 +323,7 @@ func (s *Sampler) Stop() ([]HostSample, HostSummary, error) {
 	if s.mu.err == nil {
 		if cur, err := s.read(); err != nil {
 			s.mu.err = err
-		} else if cur.at.Sub(s.prev.at) >= time.Millisecond {
+		} else if cur.at.After(s.prev.at) {
 			s.mu.samples = append(s.mu.samples, sampleBetween(s.prev, cur, s.start))
 			s.mu.last = cur.disk
 		}
