@@ -130,6 +130,18 @@ func (t *Tree) Get(ino Ino) *Inode {
 	return n
 }
 
+// Inodes returns a snapshot of the inode table (orphans included), in no
+// particular order.
+func (t *Tree) Inodes() []*Inode {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]*Inode, 0, len(t.mu.inodes))
+	for _, n := range t.mu.inodes {
+		out = append(out, n)
+	}
+	return out
+}
+
 // Len returns the number of inodes in the table (orphans included).
 func (t *Tree) Len() int {
 	t.mu.RLock()
@@ -456,14 +468,18 @@ func (t *Tree) applyRename(r *Record, dir func(Ino) (*Inode, error), validName f
 			}
 		}
 	}
-	if src.IsDir() && under(np, src.Ino) {
+	// A rename within one directory cannot create a cycle, and skipping the
+	// walk there means only cross-directory renames read Parent fields of
+	// other inodes (package workspace serializes those with a mutex).
+	cross := op != np
+	if cross && src.IsDir() && under(np, src.Ino) {
 		return bad(syscall.EINVAL, "directory %d would move into its own subtree", src.Ino)
 	}
 	if r.Flags&RenameExchange != 0 {
 		if dst == nil {
 			return bad(syscall.ENOENT, "exchange with missing destination")
 		}
-		if dst.IsDir() && under(op, dst.Ino) {
+		if cross && dst.IsDir() && under(op, dst.Ino) {
 			return bad(syscall.EINVAL, "directory %d would move into its own subtree", dst.Ino)
 		}
 		op.Entries[r.Name] = dst.Ino

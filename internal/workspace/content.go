@@ -1,0 +1,471 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+	"wsfs/internal/vfs"
+)
+
+// dirty is the unflushed content of an inode, shared by all its handles:
+// bytes in memory up to SpillSize, beyond that a sparse staging file in
+// the pool's tmp directory (published by rename when flushed).
+type dirty struct {
+	mem   []byte   // the content while f == nil; len(mem) == size
+	f     vfs.File // staging file once spilled
+	path  string
+	size  int64
+	mtime int64
+	ctime int64
+}
+
+// objFile is an open pool object cached for reads of clean content.
+type objFile struct {
+	f  vfs.File
+	id pool.ID
+}
+
+// Handle is an open file.
+type Handle struct {
+	w        *Workspace
+	n        *namespace.Inode
+	writable bool
+	append   bool
+	released bool // guarded by n.Mu
+}
+
+// OpenFile opens a regular file. O_TRUNC (with write access) truncates it
+// to zero at once (a content change); O_APPEND makes WriteAt write at EOF.
+func (w *Workspace) OpenFile(ino Ino, flags int) (*Handle, error) {
+	n, err := w.lock1(ino)
+	if err != nil {
+		return nil, wsErr("open", ino, "", err)
+	}
+	defer n.Mu.Unlock()
+	acc := flags & syscall.O_ACCMODE
+	writable := acc == syscall.O_WRONLY || acc == syscall.O_RDWR
+	switch {
+	case n.IsDir():
+		if writable {
+			return nil, wsErr("open", ino, "", syscall.EISDIR)
+		}
+	case !n.IsReg():
+		return nil, wsErr("open", ino, "", syscall.EINVAL)
+	}
+	if writable && flags&syscall.O_TRUNC != 0 && n.IsReg() {
+		if err := w.truncateLocked(n, 0); err != nil {
+			return nil, wsErr("open", ino, "", err)
+		}
+	}
+	liveFor(n).opens++
+	n.Pinned = true
+	return &Handle{w: w, n: n, writable: writable, append: flags&syscall.O_APPEND != 0}, nil
+}
+
+// errno returns the syscall.Errno inside err, or EIO.
+func errno(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return err
+	}
+	return &ioError{err}
+}
+
+// ReadAt reads at off. At EOF it returns a short count (0 at or past EOF)
+// and no error. Holes read as zeros.
+func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
+	n := h.n
+	ino := Ino(n.Ino)
+	if off < 0 {
+		return 0, wsErr("read", ino, "", syscall.EINVAL)
+	}
+	n.Mu.Lock()
+	defer n.Mu.Unlock()
+	if h.released {
+		return 0, wsErr("read", ino, "", syscall.EBADF)
+	}
+	if n.IsDir() {
+		return 0, wsErr("read", ino, "", syscall.EISDIR)
+	}
+	lv := liveFor(n)
+	if d := lv.dirty; d != nil {
+		c, err := d.readAt(p, off)
+		return c, wsErr("read", ino, "", err)
+	}
+	size := int64(n.Size)
+	if off >= size {
+		return 0, nil
+	}
+	if int64(len(p)) > size-off {
+		p = p[:size-off]
+	}
+	if !n.Content.IsObject {
+		return copy(p, n.Content.Inline[off:]), nil
+	}
+	f, err := h.w.objectLocked(n, lv)
+	if err != nil {
+		return 0, wsErr("read", ino, "", err)
+	}
+	c, err := f.ReadAt(p, off)
+	if err == io.EOF {
+		// The object is shorter than the inode says: damaged or replaced.
+		return c, wsErr("read", ino, "", &ioError{fmt.Errorf("object %s ends at %d, inode size %d", pool.ID(n.Content.Object), off+int64(c), size)})
+	}
+	return c, wsErr("read", ino, "", errno(err))
+}
+
+// objectLocked returns the cached open object of n's clean content.
+func (w *Workspace) objectLocked(n *namespace.Inode, lv *live) (vfs.File, error) {
+	id := pool.ID(n.Content.Object)
+	if lv.obj.f != nil && lv.obj.id == id {
+		return lv.obj.f, nil
+	}
+	if lv.obj.f != nil {
+		lv.obj.f.Close()
+		lv.obj = objFile{}
+	}
+	f, err := w.pool.Open(id)
+	if err != nil {
+		return nil, errno(err)
+	}
+	lv.obj = objFile{f: f, id: id}
+	return f, nil
+}
+
+// WriteAt writes p at off (at EOF with O_APPEND) into the inode's dirty
+// content, copying published content first (copy-on-write).
+func (h *Handle) WriteAt(p []byte, off int64) (int, error) {
+	n := h.n
+	ino := Ino(n.Ino)
+	if !h.writable {
+		return 0, wsErr("write", ino, "", syscall.EBADF)
+	}
+	if off < 0 {
+		return 0, wsErr("write", ino, "", syscall.EINVAL)
+	}
+	n.Mu.Lock()
+	defer n.Mu.Unlock()
+	if h.released {
+		return 0, wsErr("write", ino, "", syscall.EBADF)
+	}
+	if err := h.w.usable(); err != nil {
+		return 0, wsErr("write", ino, "", err)
+	}
+	d, err := h.w.dirtyLocked(n, true)
+	if err != nil {
+		return 0, wsErr("write", ino, "", err)
+	}
+	if h.append {
+		off = d.size
+	}
+	if off+int64(len(p)) > maxFileSize {
+		return 0, wsErr("write", ino, "", syscall.EFBIG)
+	}
+	if err := h.w.writeDirty(d, p, off); err != nil {
+		return 0, wsErr("write", ino, "", err)
+	}
+	now := h.w.now()
+	d.mtime, d.ctime = now, now
+	return len(p), nil
+}
+
+// dirtyLocked returns n's dirty content, creating it from the published
+// content if needed (withOld=false starts empty: O_TRUNC skips the copy).
+func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error) {
+	lv := liveFor(n)
+	if lv.dirty != nil {
+		return lv.dirty, nil
+	}
+	d := &dirty{mtime: n.Mtime, ctime: n.Ctime}
+	if withOld && n.Size > 0 {
+		switch {
+		case !n.Content.IsObject:
+			d.mem = append([]byte(nil), n.Content.Inline...)
+			d.size = int64(len(d.mem))
+		case n.Size <= uint64(w.opts.SpillSize):
+			b, err := w.pool.ReadAll(pool.ID(n.Content.Object))
+			if err != nil {
+				return nil, errno(err)
+			}
+			if uint64(len(b)) != n.Size {
+				return nil, &ioError{fmt.Errorf("object %s has %d bytes, inode size %d", pool.ID(n.Content.Object), len(b), n.Size)}
+			}
+			d.mem, d.size = b, int64(len(b))
+		default:
+			src, err := w.objectLocked(n, lv)
+			if err != nil {
+				return nil, err
+			}
+			if err := w.spill(d); err != nil {
+				return nil, err
+			}
+			if _, err := io.Copy(io.NewOffsetWriter(d.f, 0), io.NewSectionReader(src, 0, int64(n.Size))); err != nil {
+				w.discard(d)
+				return nil, errno(err)
+			}
+			d.size = int64(n.Size)
+		}
+	}
+	lv.dirty = d
+	return d, nil
+}
+
+// spill moves d's bytes into a new staging file.
+func (w *Workspace) spill(d *dirty) error {
+	f, path, err := w.pool.CreateStaging()
+	if err != nil {
+		return errno(err)
+	}
+	if len(d.mem) > 0 {
+		if _, err := f.WriteAt(d.mem, 0); err != nil {
+			f.Close()
+			w.fs.Remove(path)
+			return errno(err)
+		}
+	}
+	d.f, d.path, d.mem = f, path, nil
+	return nil
+}
+
+// discard drops d's staging file, if any.
+func (w *Workspace) discard(d *dirty) {
+	if d.f != nil {
+		d.f.Close()
+		if err := w.fs.Remove(d.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.lg.Warn("removing an unused staging file failed; pool GC will remove it", "path", d.path, "err", err)
+		}
+		d.f = nil
+	}
+	d.mem = nil
+}
+
+func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
+	end := off + int64(len(p))
+	if d.f == nil && end > int64(w.opts.SpillSize) {
+		if err := w.spill(d); err != nil {
+			return err
+		}
+	}
+	if d.f != nil {
+		if _, err := d.f.WriteAt(p, off); err != nil {
+			return errno(err)
+		}
+	} else {
+		if end > int64(len(d.mem)) {
+			d.mem = append(d.mem, make([]byte, end-int64(len(d.mem)))...)
+		}
+		copy(d.mem[off:], p)
+	}
+	d.size = max(d.size, end)
+	return nil
+}
+
+func (d *dirty) readAt(p []byte, off int64) (int, error) {
+	if off >= d.size {
+		return 0, nil
+	}
+	if int64(len(p)) > d.size-off {
+		p = p[:d.size-off]
+	}
+	if d.f == nil {
+		return copy(p, d.mem[off:]), nil
+	}
+	c, err := d.f.ReadAt(p, off)
+	if err == io.EOF {
+		// A staging file shorter than size: the tail is a hole.
+		clear(p[c:])
+		return len(p), nil
+	}
+	if err != nil {
+		return c, errno(err)
+	}
+	return c, nil
+}
+
+// truncateLocked sets n's size (zeros when growing) and publishes the new
+// content at once.
+func (w *Workspace) truncateLocked(n *namespace.Inode, size int64) error {
+	d, err := w.dirtyLocked(n, size > 0)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d.f == nil && size > int64(w.opts.SpillSize):
+		if err := w.spill(d); err != nil {
+			return err
+		}
+		fallthrough
+	case d.f != nil:
+		if err := d.f.Truncate(size); err != nil {
+			return errno(err)
+		}
+	case size <= int64(len(d.mem)):
+		d.mem = d.mem[:size]
+	default:
+		d.mem = append(d.mem, make([]byte, size-int64(len(d.mem)))...)
+	}
+	d.size = size
+	now := w.now()
+	d.mtime, d.ctime = now, now
+	return w.flushLocked(n)
+}
+
+// flushLocked publishes n's dirty content: inline in a SetContent record up
+// to InlineMax, else as a pool object (Put from memory, or hash and publish
+// the staging file) referenced by the record, which the drain syncs. An
+// orphan (nlink 0) keeps its dirty content: it is never logged.
+func (w *Workspace) flushLocked(n *namespace.Inode) error {
+	lv := liveOf(n)
+	if lv == nil || lv.dirty == nil || n.Nlink == 0 {
+		return nil
+	}
+	if err := w.usable(); err != nil {
+		return err
+	}
+	d := lv.dirty
+	rec := &namespace.Record{Op: namespace.OpSetContent, Ino: n.Ino, Size: uint64(d.size), Mtime: d.mtime, Time: d.ctime}
+	var objs []pool.ID
+	switch {
+	case d.size <= int64(w.opts.InlineMax):
+		b := d.mem
+		if d.f != nil {
+			b = make([]byte, d.size)
+			if _, err := (&dirty{f: d.f, size: d.size}).readAt(b, 0); err != nil {
+				return err
+			}
+		}
+		rec.Content.Inline = b[:d.size]
+	case d.f == nil:
+		id, _, err := w.pool.Put(d.mem)
+		if err != nil {
+			return errno(err)
+		}
+		rec.Content = namespace.Content{IsObject: true, Object: namespace.ObjectID(id)}
+		objs = []pool.ID{id}
+	default:
+		if err := d.f.Truncate(d.size); err != nil { // the length is the content's
+			return errno(err)
+		}
+		h := pool.NewHasher()
+		if _, err := io.Copy(h, io.NewSectionReader(d.f, 0, d.size)); err != nil {
+			return errno(err)
+		}
+		id := h.Sum()
+		if err := d.f.Close(); err != nil {
+			return errno(err)
+		}
+		d.f = nil
+		if _, err := w.pool.PublishStaging(d.path, id); err != nil {
+			// The staging file may or may not still exist; the content is
+			// lost for this inode. Report it; the old content stays.
+			lv.dirty = nil
+			return errno(err)
+		}
+		rec.Content = namespace.Content{IsObject: true, Object: namespace.ObjectID(id)}
+		objs = []pool.ID{id}
+	}
+	if err := w.record(rec, objs, true); err != nil {
+		return err
+	}
+	w.discard(d)
+	lv.dirty = nil
+	return nil
+}
+
+// dropContentLocked forgets n's in-memory content state: dirty content is
+// discarded and (if closeObj) the cached object file closed.
+func (w *Workspace) dropContentLocked(n *namespace.Inode, closeObj bool) {
+	lv := liveOf(n)
+	if lv == nil {
+		return
+	}
+	if lv.dirty != nil {
+		w.discard(lv.dirty)
+		lv.dirty = nil
+	}
+	if closeObj && lv.obj.f != nil {
+		lv.obj.f.Close()
+		lv.obj = objFile{}
+	}
+}
+
+// Flush publishes the inode's dirty content and enqueues its record
+// (close(2) semantics: durable within one commit window). It does not
+// wait for the commit.
+func (h *Handle) Flush() error {
+	n := h.n
+	n.Mu.Lock()
+	defer n.Mu.Unlock()
+	return wsErr("flush", Ino(n.Ino), "", h.w.flushLocked(n))
+}
+
+// Fsync flushes and then waits until every operation completed before it
+// is durable. EIO on failure, never a false success. datasync makes no
+// difference: attributes travel in the same log.
+func (h *Handle) Fsync(datasync bool) error {
+	if err := h.Flush(); err != nil {
+		return err
+	}
+	return wsErr("fsync", Ino(h.n.Ino), "", h.w.barrier())
+}
+
+// Release closes the handle. If it was the inode's last handle, dirty
+// content is flushed (the kernel normally flushed already) and the cached
+// object file closed; an orphan with no handles and no lookups disappears.
+func (h *Handle) Release() error {
+	n := h.n
+	n.Mu.Lock()
+	defer n.Mu.Unlock()
+	if h.released {
+		return nil
+	}
+	h.released = true
+	lv := liveFor(n)
+	lv.opens--
+	var err error
+	if lv.opens == 0 {
+		if lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
+			err = h.w.flushLocked(n)
+		}
+		if lv.obj.f != nil {
+			lv.obj.f.Close()
+			lv.obj = objFile{}
+		}
+		if n.Nlink == 0 {
+			h.w.dropContentLocked(n, true)
+		}
+	}
+	h.w.unpinLocked(n)
+	return wsErr("release", Ino(n.Ino), "", err)
+}
+
+// ObjectFile returns the verified pool object holding the file's content,
+// for FUSE passthrough, when this handle is read-only and the content is a
+// clean pool object. The caller owns (and closes) the returned file.
+func (h *Handle) ObjectFile() (vfs.File, bool) {
+	if h.writable {
+		return nil, false
+	}
+	n := h.n
+	n.Mu.Lock()
+	if lv := liveOf(n); h.released || !n.Content.IsObject || (lv != nil && lv.dirty != nil) {
+		n.Mu.Unlock()
+		return nil, false
+	}
+	id := pool.ID(n.Content.Object)
+	n.Mu.Unlock()
+	f, err := h.w.pool.Open(id)
+	if err != nil {
+		h.w.lg.Warn("passthrough: opening the object failed; reads go through the daemon", "ino", n.Ino, "err", err)
+		return nil, false
+	}
+	return f, true
+}

@@ -1,0 +1,144 @@
+package workspace
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+	"wsfs/internal/vfs"
+)
+
+// env is a host for one workspace: an FS, a pool, and options to open with.
+type env struct {
+	t    *testing.T
+	fs   vfs.FS
+	root string
+	pool *pool.Pool
+	opts Options
+}
+
+// quiet discards logs in tests unless they fail.
+var quiet = slog.New(slog.DiscardHandler)
+
+func newEnv(t *testing.T, fs vfs.FS, root string) *env {
+	t.Helper()
+	p, err := pool.Open(fs, filepath.Join(root, "pool"), pool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, fs: fs, root: root, pool: p, opts: Options{
+		FS: fs, Dir: filepath.Join(root, "state", "workspaces", "w"), Pool: p,
+		GroupWindow: time.Millisecond, Logger: quiet,
+	}}
+}
+
+func memEnv(t *testing.T) *env  { return newEnv(t, vfs.NewCrashableMem(), "/host") }
+func diskEnv(t *testing.T) *env { return newEnv(t, vfs.Default, t.TempDir()) }
+
+// envs runs f against MemFS and the OS file system.
+func envs(t *testing.T, f func(t *testing.T, e *env)) {
+	t.Run("mem", func(t *testing.T) { f(t, memEnv(t)) })
+	t.Run("os", func(t *testing.T) { f(t, diskEnv(t)) })
+}
+
+func (e *env) open() *Workspace {
+	e.t.Helper()
+	w, err := Open(e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return w
+}
+
+// mustErrno fails unless err wraps want inside a *Error.
+func mustErrno(t *testing.T, err error, want syscall.Errno) {
+	t.Helper()
+	var we *Error
+	if !errors.As(err, &we) {
+		t.Fatalf("err = %v (%T), want *workspace.Error wrapping %v", err, err, want)
+	}
+	var got syscall.Errno
+	if !errors.As(err, &got) || got != want {
+		t.Fatalf("err = %v, want errno %v (%d)", err, want, int(want))
+	}
+}
+
+// A and H unwrap (Attr, error) and (*Handle, error), failing the test on error.
+func A(t *testing.T) func(Attr, error) Attr {
+	return func(a Attr, err error) Attr {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+}
+
+func H(t *testing.T) func(*Handle, error) *Handle {
+	return func(h *Handle, err error) *Handle {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var me = Caller{Uid: 1000, Gid: 1000}
+
+// writeFile creates (or truncates) name in dir with content and closes it.
+func writeFile(t *testing.T, w *Workspace, dir Ino, name string, content []byte) Attr {
+	t.Helper()
+	a, err := w.Lookup(dir, name)
+	if err != nil {
+		a = A(t)(w.Create(dir, name, 0o644, me))
+	}
+	h := H(t)(w.OpenFile(a.Ino, syscall.O_WRONLY|syscall.O_TRUNC))
+	if len(content) > 0 {
+		if n, err := h.WriteAt(content, 0); err != nil || n != len(content) {
+			t.Fatalf("write %s: %d, %v", name, n, err)
+		}
+	}
+	noErr(t, h.Flush())
+	noErr(t, h.Release())
+	return A(t)(w.GetAttr(a.Ino))
+}
+
+// readAll reads a file's whole content through a handle.
+func readAll(t *testing.T, w *Workspace, ino Ino) []byte {
+	t.Helper()
+	a := A(t)(w.GetAttr(ino))
+	h := H(t)(w.OpenFile(ino, syscall.O_RDONLY))
+	defer h.Release()
+	buf := make([]byte, a.Size+10)
+	n, err := h.ReadAt(buf, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(n) != a.Size {
+		t.Fatalf("read %d bytes of %d", n, a.Size)
+	}
+	return buf[:n]
+}
+
+func dumpOf(w *Workspace) string { return namespace.DumpString(w.Dump()) }
+
+func eq(t *testing.T, got, want []byte, what string) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: got %d bytes %.40q, want %d bytes %.40q", what, len(got), got, len(want), want)
+	}
+}

@@ -1,0 +1,558 @@
+// Package workspace is the engine facade of one workspace: it opens the
+// workspace (recovery from the latest checkpoint plus the log), applies
+// operations to the namespace, enqueues their records with the committer,
+// keeps file content (inline, pooled, dirty in memory or in a staging file),
+// and gives fsync its barrier. The FUSE adapter (internal/fusefs) calls it;
+// node ids there are the inode numbers here.
+//
+// # Operations
+//
+// Every mutating operation follows one path: lock the inodes it touches,
+// validate (POSIX errors), build a namespace.Record, Apply it to the live
+// tree, Enqueue it with the committer — all while holding the locks, so the
+// log order of dependent operations equals the order they were applied in.
+// Replay applies the same records with the same Apply.
+//
+// # Lock order
+//
+// Locks are taken in this order, and never the other way round:
+//
+//  1. Workspace.renameMu: only by renames whose two directories differ
+//     (like the kernel's s_vfs_rename_mutex). Directory Parent fields change
+//     only under it, so the "not into its own subtree" walk is safe.
+//  2. namespace.Inode.Mu of every inode an operation touches, in increasing
+//     inode number. An operation that must read a directory entry to learn
+//     the inode number locks the directory, reads, and if the child's number
+//     is lower, unlocks, locks both in order and re-checks the entry.
+//  3. Leaf locks held only briefly inside other packages: the namespace's
+//     inode table, the committer's queue (Enqueue may wait for queue space,
+//     which the flusher frees without taking any inode lock), the pool.
+//
+// There is no global lock on the read path: GetAttr, Lookup and ReadAt take
+// only the locks of the inodes they read, and never wait for a commit.
+//
+// The durable shadow (a second namespace holding exactly the state at the
+// end of the last committed group) is owned by the committer's flusher
+// goroutine after Open: only OnCommit touches it, and it writes checkpoints
+// from it.
+//
+// # Kernel lookup counts
+//
+// Every call that returns an entry to the kernel — Lookup, Create, Mkdir,
+// Mknod, Symlink, Link — counts one lookup of the returned inode; Forget
+// gives them back. An inode whose last link is removed stays in memory
+// (readable, writable, but no longer logged) while it has lookups or open
+// handles, and disappears when both reach zero. GetAttr and ReadDir count
+// nothing.
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"wsfs/internal/commit"
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+	"wsfs/internal/seglog"
+	"wsfs/internal/vfs"
+)
+
+// Ino is an inode number; the FUSE node id.
+type Ino uint64
+
+// RootIno is the root directory.
+const RootIno Ino = 1
+
+// Attr are the attributes of an inode.
+type Attr struct {
+	Ino                 Ino
+	Mode                uint32 // S_IFxxx | permission bits
+	Nlink               uint32
+	Uid, Gid, Rdev      uint32
+	Size, Blocks        uint64 // Blocks in 512-byte units
+	Atime, Mtime, Ctime int64  // unix ns
+}
+
+// SetAttrIn says which attributes SetAttr changes (nil: unchanged).
+type SetAttrIn struct {
+	Mode, Uid, Gid *uint32 // Mode: permission bits only
+	Size           *uint64 // truncate (or extend with zeros)
+	Atime, Mtime   *int64
+}
+
+// DirEntry is one entry of ReadDir.
+type DirEntry struct {
+	Name string
+	Ino  Ino
+	Mode uint32 // S_IFxxx bits (d_type); permission bits may be absent
+}
+
+// Caller is the identity creating an inode.
+type Caller struct{ Uid, Gid uint32 }
+
+// Defaults of Options.
+const (
+	DefaultGroupRecords = 512
+	DefaultGroupWindow  = 50 * time.Millisecond
+	// DefaultInlineMax: contents up to this size are stored inline in the
+	// log record. A group of inline files costs one append and one
+	// fdatasync of the log, against one fdatasync per object plus its
+	// directory for pooled files; the seed mix is mostly under 4 KiB, and
+	// 64 KiB keeps a full group of 512 records at most 32 MiB of log. Not
+	// yet re-measured on this host (docs/benchmarks.md will say).
+	DefaultInlineMax = 64 << 10
+	// DefaultSpillSize: dirty content above this size moves from memory to
+	// a staging file in the pool, so large writes do not hold memory.
+	DefaultSpillSize = 4 << 20
+	// DefaultCheckpointBytes: a checkpoint is written after this much log
+	// since the last one, and the covered segments are deleted.
+	DefaultCheckpointBytes = 64 << 20
+	// maxFileSize bounds offsets (EFBIG above): 1 TiB... times 64.
+	maxFileSize = 1 << 46
+	// maxLinks is the largest nlink Link creates (EMLINK above).
+	maxLinks = 65000
+)
+
+// Options configure Open.
+type Options struct {
+	FS   vfs.FS     // the state filesystem (default vfs.Default)
+	Dir  string     // STATE/workspaces/NAME; holds log/, checkpoint/, lock
+	Pool *pool.Pool // the host's content pool (required)
+
+	GroupRecords    int           // records per group (default 512)
+	GroupWindow     time.Duration // group window (default 50ms)
+	Drain           commit.Drain  // drain mode (default entry; syncfs is the legacy pathology)
+	SyncParallelism int           // object syncs in flight per drain (default 16)
+
+	InlineMax       int   // content up to this many bytes goes inline in the log (default DefaultInlineMax)
+	SpillSize       int   // dirty content above this spills to a staging file (default DefaultSpillSize)
+	CheckpointBytes int64 // checkpoint after this many log bytes (default DefaultCheckpointBytes)
+	SegmentSize     int64 // log segment size (default seglog.DefaultSegmentSize)
+
+	Clock    commit.Clock // time source for records and the committer (default system clock)
+	Logger   *slog.Logger // default slog.Default()
+	Observer commit.Observer
+}
+
+// Stats describe the workspace for `wsfs status` and metrics.
+type Stats struct {
+	CommittedGroup  uint64    // the last committed group
+	CommittedAt     time.Time // when it committed (zero before the first commit of this process)
+	Pending         int       // records enqueued and not yet durable
+	Failed          error     // non-nil once the workspace has failed for good
+	Inodes          int       // inodes in memory (open orphans included)
+	CheckpointGroup uint64    // group of the last checkpoint (0: none)
+}
+
+// Workspace is an open workspace. All methods are safe for concurrent use.
+type Workspace struct {
+	opts  Options
+	fs    vfs.FS
+	pool  *pool.Pool
+	lg    *slog.Logger
+	clock commit.Clock
+	lock  io.Closer
+	log   *seglog.Log
+	com   *commit.Committer
+	tree  *namespace.Tree
+
+	renameMu sync.Mutex
+
+	// Owned by the committer's flusher goroutine (OnCommit) after Open.
+	shadow    *namespace.Tree
+	sinceCkpt int64
+	shadowErr error
+
+	mu struct {
+		sync.Mutex
+		failed   error // sticky: set when an Enqueue fails or the shadow breaks
+		closed   bool
+		ckptGrp  uint64
+		closeErr error
+	}
+}
+
+// Error is the error of every Workspace method: the operation, the inode
+// and name it was about, and the cause, which wraps a syscall.Errno (the
+// FUSE adapter maps it with errors.As).
+type Error struct {
+	Op   string
+	Ino  Ino
+	Name string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	s := "workspace: " + e.Op
+	if e.Ino != 0 {
+		s += fmt.Sprintf(" inode %d", e.Ino)
+	}
+	if e.Name != "" {
+		s += fmt.Sprintf(" %q", e.Name)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func wsErr(op string, ino Ino, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var we *Error
+	if errors.As(err, &we) {
+		return err
+	}
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		err = &ioError{err}
+	}
+	return &Error{Op: op, Ino: ino, Name: name, Err: err}
+}
+
+// ioError marks an I/O failure without an errno of its own as EIO.
+type ioError struct{ err error }
+
+func (e *ioError) Error() string   { return e.err.Error() }
+func (e *ioError) Unwrap() []error { return []error{syscall.EIO, e.err} }
+
+// Open opens the workspace in opts.Dir, creating it if empty: it takes the
+// workspace lock, loads the latest checkpoint, replays the log after it
+// (a torn tail is repaired by seglog and logged), and starts the committer.
+// Errors from seglog (*seglog.CorruptError) and namespace are returned
+// wrapped, unchanged, so that the CLI can explain them.
+func Open(opts Options) (*Workspace, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Pool == nil {
+		return nil, errors.New("workspace: Options.Pool is required")
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("workspace: Options.Dir is required")
+	}
+	if opts.InlineMax <= 0 {
+		opts.InlineMax = DefaultInlineMax
+	}
+	if opts.SpillSize <= 0 {
+		opts.SpillSize = DefaultSpillSize
+	}
+	if opts.CheckpointBytes <= 0 {
+		opts.CheckpointBytes = DefaultCheckpointBytes
+	}
+	if opts.Clock == nil {
+		opts.Clock = commit.SystemClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock,
+		lg: opts.Logger.With("workspace", opts.Dir)}
+	if err := w.fs.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("workspace: create %s: %w", opts.Dir, err)
+	}
+	lockPath := filepath.Join(opts.Dir, "lock")
+	lk, err := w.fs.Lock(lockPath)
+	if err != nil {
+		if errors.Is(err, vfs.ErrLocked) {
+			return nil, fmt.Errorf("workspace %s is served by another wsfs daemon (its lock %s is held); stop that daemon first: %w", opts.Dir, lockPath, err)
+		}
+		return nil, fmt.Errorf("workspace: lock %s: %w", lockPath, err)
+	}
+	w.lock = lk
+	ok := false
+	defer func() {
+		if !ok {
+			if w.log != nil {
+				w.log.Close()
+			}
+			lk.Close()
+		}
+	}()
+
+	ckGroup, payload, err := seglog.ReadLatestCheckpoint(w.fs, w.ckptDir())
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: read checkpoint: %w", opts.Dir, err)
+	}
+	if payload != nil {
+		if w.tree, err = namespace.DecodeCheckpoint(payload); err == nil {
+			w.shadow, err = namespace.DecodeCheckpoint(payload)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("workspace %s: checkpoint of group %d: %w", opts.Dir, ckGroup, err)
+		}
+		w.mu.ckptGrp = ckGroup
+	} else {
+		w.tree = namespace.New(0o755, 0, 0, 0)
+		w.shadow = namespace.New(0o755, 0, 0, 0)
+	}
+	w.log, err = seglog.Open(w.fs, filepath.Join(opts.Dir, "log"), seglog.Options{SegmentSize: opts.SegmentSize, Logger: w.lg})
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: open log: %w", opts.Dir, err)
+	}
+	if t := w.log.Repaired(); t != nil {
+		w.lg.Warn("repaired a torn log tail (an incomplete last group from a crash was cut off)", "tail", fmt.Sprintf("%+v", *t))
+	}
+	fresh := payload == nil && w.log.LastGroup() == 0
+	replayed := 0
+	err = w.log.Replay(ckGroup, func(group uint64, records [][]byte) error {
+		for i, data := range records {
+			rec, err := namespace.DecodeRecord(data)
+			if err == nil {
+				if err = w.tree.Apply(rec); err == nil {
+					err = w.shadow.Apply(rec)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("replay group %d record %d: %w", group, i, err)
+			}
+			w.sinceCkpt += int64(len(data))
+			replayed++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", opts.Dir, err)
+	}
+	w.lg.Debug("recovered", "checkpoint_group", ckGroup, "last_group", w.log.LastGroup(), "records_replayed", replayed, "inodes", w.tree.Len())
+	w.com = commit.New(w.log, w.pool, commit.Options{
+		MaxRecords: opts.GroupRecords, Window: opts.GroupWindow, Drain: opts.Drain,
+		SyncParallelism: opts.SyncParallelism, Clock: opts.Clock, Logger: w.lg,
+		Observer: opts.Observer, OnCommit: w.onCommit,
+		StateSyncFS: func() error { return w.fs.SyncFS(opts.Dir) },
+	})
+	ok = true
+	if fresh {
+		// The root's owner and times are a record like any other change.
+		root := w.tree.Get(namespace.RootIno)
+		now := w.now()
+		root.Mu.Lock()
+		err := w.record(&namespace.Record{Op: namespace.OpSetAttr, Ino: namespace.RootIno,
+			Mask: namespace.AttrMode | namespace.AttrUid | namespace.AttrGid | namespace.AttrAtime | namespace.AttrMtime,
+			Mode: 0o755, Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), Atime: now, Mtime: now, Time: now}, nil, true)
+		root.Mu.Unlock()
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+func (w *Workspace) ckptDir() string { return filepath.Join(w.opts.Dir, "checkpoint") }
+
+func (w *Workspace) now() int64 { return w.clock.Now().UnixNano() }
+
+// onCommit runs on the committer's flusher goroutine after each durable
+// group: it applies the group to the durable shadow and, once enough log has
+// accumulated, checkpoints the shadow and deletes the covered segments (the
+// log is single-goroutine and the flusher is its goroutine).
+func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
+	if w.shadowErr != nil {
+		return
+	}
+	for i, r := range recs {
+		rec, err := namespace.DecodeRecord(r.Data)
+		if err == nil {
+			err = w.shadow.Apply(rec)
+		}
+		if err != nil {
+			w.shadowErr = fmt.Errorf("durable shadow: group %d record %d: %w", group, i, err)
+			w.lg.Error("the durable shadow no longer follows the log; checkpoints stop (the log still holds everything; restart to recover)", "err", w.shadowErr)
+			return
+		}
+		w.sinceCkpt += int64(len(r.Data))
+	}
+	if w.sinceCkpt >= w.opts.CheckpointBytes {
+		w.checkpoint(group)
+	}
+}
+
+// checkpoint writes the shadow as the checkpoint of group and deletes the
+// log segments it covers. Flusher goroutine only.
+func (w *Workspace) checkpoint(group uint64) {
+	w.sinceCkpt = 0
+	payload := w.shadow.EncodeCheckpoint()
+	if err := seglog.WriteCheckpoint(w.fs, w.ckptDir(), group, payload); err != nil {
+		w.lg.Error("checkpoint failed; the log keeps growing until one succeeds", "group", group, "err", err)
+		return
+	}
+	w.mu.Lock()
+	w.mu.ckptGrp = group
+	w.mu.Unlock()
+	if err := w.log.DeleteThrough(group); err != nil {
+		w.lg.Error("deleting log segments covered by a checkpoint failed", "group", group, "err", err)
+	}
+}
+
+// usable returns the sticky failure or ErrClosed-like error.
+func (w *Workspace) usable() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.failed != nil {
+		return w.mu.failed
+	}
+	if w.mu.closed {
+		return &ioError{errors.New("workspace is closed")}
+	}
+	return nil
+}
+
+func (w *Workspace) setFailed(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.failed == nil {
+		w.mu.failed = &ioError{fmt.Errorf("workspace failed; remount to recover what is durable: %w", err)}
+		w.lg.Error("workspace failed", "err", err)
+	}
+}
+
+// record applies rec to the live tree and, if persist, enqueues it. The
+// caller holds the Mu of every inode rec touches. The record is applied as
+// decoded from its own encoding, exactly as replay will apply it, and its
+// inline content shares the encoded buffer with the committer and the
+// durable shadow.
+func (w *Workspace) record(rec *namespace.Record, objs []pool.ID, persist bool) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	data := rec.Encode(nil)
+	dec, err := namespace.DecodeRecord(data)
+	if err != nil {
+		panic(fmt.Sprintf("workspace: a record does not decode from its own encoding: %v", err))
+	}
+	if err := w.tree.Apply(dec); err != nil {
+		// Validation let through something Apply refuses: a bug, but the
+		// tree is unchanged, so the operation simply fails.
+		w.lg.Error("record refused by the namespace after validation", "op", rec.Op, "err", err)
+		return err
+	}
+	if !persist {
+		return nil
+	}
+	if _, err := w.com.Enqueue(commit.Record{Data: data, Objects: objs}); err != nil {
+		// The live tree now holds a change the log will never have: the
+		// workspace cannot continue.
+		w.setFailed(err)
+		return w.usable()
+	}
+	return nil
+}
+
+// Close flushes dirty file content, commits everything pending, and releases
+// the workspace lock. Nothing unsynced is reported as written: a commit
+// failure is returned.
+func (w *Workspace) Close() error {
+	w.mu.Lock()
+	if w.mu.closed {
+		err := w.mu.closeErr
+		w.mu.Unlock()
+		return err
+	}
+	w.mu.Unlock()
+	var errs []error
+	for _, n := range w.tree.Inodes() {
+		n.Mu.Lock()
+		if lv := liveOf(n); lv != nil && lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
+			if err := w.flushLocked(n); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		n.Mu.Unlock()
+	}
+	w.mu.Lock()
+	w.mu.closed = true
+	w.mu.Unlock()
+	if err := w.com.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := w.log.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range w.tree.Inodes() {
+		n.Mu.Lock()
+		w.dropContentLocked(n, true)
+		n.Mu.Unlock()
+	}
+	if err := w.lock.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		err = wsErr("close", 0, "", err)
+	}
+	w.mu.Lock()
+	w.mu.closeErr = err
+	w.mu.Unlock()
+	return err
+}
+
+// Stats returns a snapshot of the workspace's commit state.
+func (w *Workspace) Stats() Stats {
+	cs := w.com.Stats()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := Stats{CommittedGroup: cs.LastGroup, CommittedAt: cs.LastCommit, Pending: cs.Pending,
+		Failed: cs.Failed, Inodes: w.tree.Len(), CheckpointGroup: w.mu.ckptGrp}
+	if s.Failed == nil {
+		s.Failed = w.mu.failed
+	}
+	return s
+}
+
+// Sync returns once every operation completed before the call is durable
+// (dirty content of open files is not an operation until Flush).
+func (w *Workspace) Sync() error {
+	if err := w.usable(); err != nil {
+		return wsErr("sync", 0, "", err)
+	}
+	return wsErr("sync", 0, "", w.com.Barrier(context.Background()))
+}
+
+// Fsync flushes the inode's dirty content, if any, and then returns once
+// every operation completed before the call is durable (fsync of a
+// directory or of a file; EIO on failure, never a false success).
+func (w *Workspace) Fsync(ino Ino) error {
+	n, err := w.lock1(ino)
+	if err != nil {
+		return wsErr("fsync", ino, "", err)
+	}
+	if lv := liveOf(n); lv != nil && lv.dirty != nil {
+		err = w.flushLocked(n)
+	}
+	n.Mu.Unlock()
+	if err != nil {
+		return wsErr("fsync", ino, "", err)
+	}
+	return wsErr("fsync", ino, "", w.barrier())
+}
+
+func (w *Workspace) barrier() error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	return w.com.Barrier(context.Background())
+}
+
+// StatFS reports the capacity of the pool's filesystem. (The pool does not
+// expose its vfs.FS; the workspace's FS is asked about the pool directory,
+// which is the same thing whenever both are vfs.Default or one MemFS.)
+func (w *Workspace) StatFS() (vfs.StatFS, error) {
+	st, err := w.fs.Statfs(w.pool.Dir())
+	return st, wsErr("statfs", 0, "", err)
+}
+
+// Dump describes the live tree canonically (see namespace.DumpEntry), with
+// contents hashed as pool IDs. Dirty unflushed content is not included. It
+// needs the workspace to be still (tests, the crash oracle).
+func (w *Workspace) Dump() []namespace.DumpEntry {
+	return w.tree.Dump(func(b []byte) namespace.ObjectID { return namespace.ObjectID(pool.Sum(b)) })
+}
