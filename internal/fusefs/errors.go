@@ -1,0 +1,44 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// status is the one place where an error becomes a FUSE status.
+//
+// The engine wraps a syscall.Errno in every error it means the caller to see
+// (*workspace.Error: ENOENT, EEXIST, ENOTEMPTY, ...); that errno is returned
+// as is. Anything else is a bug or an I/O failure the engine did not
+// classify: it is logged with its full text and answered with EIO, so a
+// caller never gets success for an operation that failed. EIO is always
+// logged too, because the errno alone hides the cause (a failed sync, a
+// corrupt object).
+func (r *rawFS) status(op string, err error) fuse.Status {
+	if err == nil {
+		return fuse.OK
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		if errno == syscall.EIO {
+			r.log.Error("I/O error returned to the caller", "op", op, "err", err)
+		}
+		return fuse.Status(errno)
+	}
+	r.log.Error("unclassified engine error, returning EIO", "op", op, "err", err)
+	return fuse.EIO
+}
+
+// PreconditionError is returned by Mount and the Check functions when the
+// environment does not allow a mount (no /dev/fuse, no permission, a bad
+// mount point). The message says what is wrong and what to do.
+type PreconditionError struct{ msg string }
+
+func (e *PreconditionError) Error() string { return e.msg }
+
+func precondition(format string, args ...any) error {
+	return &PreconditionError{msg: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,165 @@
+package fusefs
+
+import (
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"wsfs/internal/workspace"
+)
+
+// ioMode is how the kernel does I/O on one open handle.
+type ioMode int
+
+const (
+	// ioCached: reads and writes go through the kernel page cache and
+	// the daemon (the normal FUSE mode).
+	ioCached ioMode = iota
+	// ioPassthrough: the kernel reads the pool object directly
+	// (FOPEN_PASSTHROUGH with a registered backing file).
+	ioPassthrough
+	// ioDirect: FOPEN_DIRECT_IO, every read and write goes to the daemon.
+	// Used only for opens of an inode that is in passthrough mode, where
+	// the kernel refuses a cached open (ETXTBSY, seen by the caller as EIO).
+	ioDirect
+)
+
+// inodeIO is the I/O state of one inode, guarded by rawFS.ioMu.
+//
+// The kernel (fs/fuse/iomode.c) puts an inode either in caching mode (any
+// open without FOPEN_DIRECT_IO or FOPEN_PASSTHROUGH) or in passthrough mode,
+// never both, and all passthrough opens of an inode must use the same backing
+// file. The rules below keep to that:
+//
+//   - A read-only open of a file whose content is one pool object gets
+//     passthrough when the inode has no cached open; opens that find the
+//     same object share one backing id (registered on the first, released
+//     on the last).
+//   - Any other open of an inode in passthrough mode gets FOPEN_DIRECT_IO.
+//     Known limitation: a passthrough reader keeps reading the object it
+//     opened, so it does not see writes made through such a direct-I/O
+//     handle while it stays open (the next open sees them).
+//   - Otherwise the open is cached, and keeps the kernel's page cache
+//     (FOPEN_KEEP_CACHE) when the size and mtime are those seen at the
+//     previous open: the cache can only hold what this kernel read or
+//     wrote, and unchanged stamps mean nothing was written around it.
+//
+// The kernel drops an open's I/O mode before it sends RELEASE, so counting
+// at OPEN and RELEASE is conservative: a stale count can only make an open
+// choose a slower mode, never an incompatible one.
+type inodeIO struct {
+	cached      int   // open handles in ioCached mode
+	passthrough int   // open handles in ioPassthrough mode
+	backingID   int32 // valid while passthrough > 0
+	backingDev  uint64
+	backingIno  uint64
+
+	stamp     cacheStamp // attributes at the last cached open
+	haveStamp bool
+}
+
+type cacheStamp struct {
+	size  uint64
+	mtime int64
+}
+
+func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.OpenOut) {
+	r.ioMu.Lock()
+	defer r.ioMu.Unlock()
+	st := r.ioMu.inodes[of.ino]
+	if st == nil {
+		st = &inodeIO{}
+		r.ioMu.inodes[of.ino] = st
+	}
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && st.cached == 0 && r.tryPassthrough(of, st, out) {
+		return
+	}
+	if st.passthrough > 0 {
+		of.mode = ioDirect
+		out.OpenFlags |= fuse.FOPEN_DIRECT_IO
+		return
+	}
+	of.mode = ioCached
+	st.cached++
+	now := cacheStamp{size: a.Size, mtime: a.Mtime}
+	if st.haveStamp && st.stamp == now {
+		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+	}
+	st.stamp, st.haveStamp = now, true
+}
+
+// tryPassthrough gives the open a backing file if the handle has one and the
+// kernel accepts it. ioMu must be held.
+func (r *rawFS) tryPassthrough(of *openFile, st *inodeIO, out *fuse.OpenOut) bool {
+	if r.passthroughOff.Load() {
+		return false
+	}
+	f, ok := of.h.ObjectFile()
+	if !ok || f.Fd() == ^uintptr(0) {
+		return false
+	}
+	var s unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &s); err != nil {
+		return false
+	}
+	if st.passthrough > 0 {
+		if st.backingDev != s.Dev || st.backingIno != s.Ino {
+			return false // a different object than the one in use: not allowed by the kernel
+		}
+	} else {
+		srv := r.server.Load()
+		id, errno := srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(f.Fd())})
+		if errno != 0 {
+			r.log.Warn("kernel refused a FUSE passthrough backing file; serving reads through the daemon from now on", "err", errno)
+			r.passthroughOff.Store(true)
+			return false
+		}
+		st.backingID, st.backingDev, st.backingIno = id, s.Dev, s.Ino
+	}
+	st.passthrough++
+	of.mode = ioPassthrough
+	out.BackingID = st.backingID
+	out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
+	return true
+}
+
+func (r *rawFS) releaseIO(of *openFile) {
+	r.ioMu.Lock()
+	defer r.ioMu.Unlock()
+	st := r.ioMu.inodes[of.ino]
+	if st == nil {
+		return
+	}
+	switch of.mode {
+	case ioCached:
+		st.cached--
+	case ioPassthrough:
+		st.passthrough--
+		if st.passthrough == 0 {
+			if errno := r.server.Load().UnregisterBackingFd(st.backingID); errno != 0 {
+				r.log.Warn("unregister FUSE backing file", "ino", of.ino, "err", errno)
+			}
+			st.backingID = 0
+		}
+	}
+	r.maybeDrop(of.ino, st)
+}
+
+// forgetStamp drops the keep-cache stamp of an inode the kernel forgets:
+// once evicted its page cache is gone anyway, and an inode kept (partial
+// forget) only pays one extra cache invalidation at its next open.
+func (r *rawFS) forgetStamp(ino workspace.Ino) {
+	r.ioMu.Lock()
+	defer r.ioMu.Unlock()
+	if st := r.ioMu.inodes[ino]; st != nil {
+		st.haveStamp = false
+		r.maybeDrop(ino, st)
+	}
+}
+
+func (r *rawFS) maybeDrop(ino workspace.Ino, st *inodeIO) {
+	if st.cached == 0 && st.passthrough == 0 && !st.haveStamp {
+		delete(r.ioMu.inodes, ino)
+	}
+}

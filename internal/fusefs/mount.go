@@ -1,0 +1,336 @@
+// Package fusefs serves a workspace over FUSE with go-fuse's raw API.
+//
+// The kernel's node id of a file is its inode number (root 1), so the
+// adapter keeps no tree of its own: it translates requests to engine calls
+// and engine errors to errnos (errors.go, the one mapping). Requests are
+// served concurrently, each in its own goroutine; a read of committed data
+// never waits for a commit.
+//
+// Mount options and why (numbers from TestMeasure* on a 2-vCPU VM, see
+// options.go and docs/benchmarks.md):
+//   - default_permissions: the kernel checks permissions from the
+//     attributes, so no ACCESS round trips and no checks in the adapter.
+//   - allow_other (as root): the agent may run as another user.
+//   - entry/attribute timeouts of 60s and negative entries: wsfs is the
+//     only writer of its tree and every change passes through this kernel,
+//     which updates or drops its cached entries itself.
+//   - MaxWrite 1 MiB, MaxBackground 64, concurrent dispatch (never
+//     SingleThreaded).
+//   - passthrough for read-only opens of whole-object files, keep-cache for
+//     unchanged files (io.go), writeback cache off by default.
+//   - no lock capabilities: flock and fcntl locks stay in the kernel.
+package fusefs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"wsfs/internal/metrics"
+	"wsfs/internal/workspace"
+)
+
+// Options configure a mount. The zero value gives the measured defaults.
+type Options struct {
+	// Name is the workspace name; the mount shows as "wsfs:NAME" in
+	// /proc/mounts.
+	Name string
+	// EntryTimeout and AttrTimeout are how long the kernel may trust a
+	// name and an inode's attributes without asking (default 60s; a
+	// negative value means 0). Long timeouts are safe because the kernel
+	// sees every change to the tree.
+	EntryTimeout, AttrTimeout time.Duration
+	// NegativeTimeout is how long the kernel may remember that a name does
+	// not exist (default 60s; negative: not at all).
+	NegativeTimeout time.Duration
+	// Writeback enables the kernel's writeback cache: writes are buffered
+	// in the page cache and sent in large batches. The kernel disables
+	// passthrough when it is on.
+	Writeback bool
+	// Passthrough lets the kernel read whole-object files directly from the
+	// pool (read-only opens only). Needs root and kernel support; the
+	// adapter falls back to reads through the daemon if the kernel refuses.
+	Passthrough bool
+	// MaxBackground is the kernel's limit on asynchronous requests
+	// (readahead, writeback) in flight (default 64).
+	MaxBackground int
+	// Logger receives the adapter's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics, if set, records each request.
+	Metrics *metrics.Metrics
+	// Debug logs every FUSE request (very verbose).
+	Debug bool
+}
+
+// DefaultTimeout is the default entry, attribute and negative timeout.
+const DefaultTimeout = 60 * time.Second
+
+func (o *Options) setDefaults() {
+	for _, d := range []*time.Duration{&o.EntryTimeout, &o.AttrTimeout, &o.NegativeTimeout} {
+		switch {
+		case *d == 0:
+			*d = DefaultTimeout
+		case *d < 0:
+			*d = 0
+		}
+	}
+	if o.MaxBackground <= 0 {
+		o.MaxBackground = 64
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Server is a mounted workspace.
+type Server struct {
+	srv        *fuse.Server
+	ws         *workspace.Workspace
+	mountpoint string
+	log        *slog.Logger
+	served     chan struct{} // closed when the serve loop has exited
+
+	once sync.Once
+	err  error
+}
+
+// Mount mounts ws at mountpoint and serves it until Unmount (or an external
+// umount). The mount is live when Mount returns. It fails with a
+// *PreconditionError when the environment or the mount point is not usable.
+func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, error) {
+	opts.setDefaults()
+	mp, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckFUSE(); err != nil {
+		return nil, err
+	}
+	if err := CheckMountpoint(mp); err != nil {
+		return nil, err
+	}
+	r := newRawFS(ws, opts)
+	root := os.Geteuid() == 0
+	var extra, disabled uint64
+	if opts.Writeback {
+		extra |= fuse.CAP_WRITEBACK_CACHE
+	}
+	if !opts.Passthrough || opts.Writeback {
+		disabled |= fuse.CAP_PASSTHROUGH
+	}
+	mo := &fuse.MountOptions{
+		FsName: "wsfs:" + opts.Name,
+		Name:   "wsfs",
+		// Permission checks by the kernel from our attributes.
+		Options:    []string{"default_permissions"},
+		AllowOther: root, // fusermount refuses allow_other without user_allow_other
+		// Larger than go-fuse's 12: readahead and writeback of several
+		// files at once otherwise queue in the kernel.
+		MaxBackground: opts.MaxBackground,
+		// 1 MiB writes: 8x fewer round trips than the 128 KiB default for
+		// large files.
+		MaxWrite: 1 << 20,
+		// Mount with mount(2) as root; go-fuse falls back to fusermount3.
+		DirectMount: true,
+		// The kernel keeps flock/fcntl locks locally (see rawFS).
+		EnableLocks: false,
+		// The kernel asks for security.capability before every write to
+		// a file; answering ENODATA in go-fuse saves the engine call.
+		// File capabilities are not supported on the mount.
+		IgnoreSecurityLabels: true,
+		// Concurrent dispatch: a request never waits behind another.
+		SingleThreaded:       false,
+		ExtraCapabilities:    extra,
+		DisabledCapabilities: disabled,
+		Debug:                opts.Debug,
+		Logger:               log.New(slogWriter{opts.Logger}, "", 0),
+	}
+	srv, err := fuse.NewServer(r, mp, mo)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mp, err)
+	}
+	s := &Server{srv: srv, ws: ws, mountpoint: mp, log: opts.Logger, served: make(chan struct{})}
+	go func() {
+		defer close(s.served)
+		srv.Serve()
+	}()
+	if err := srv.WaitMount(); err != nil {
+		s.Unmount()
+		return nil, fmt.Errorf("mount %s: %w", mp, err)
+	}
+	return s, nil
+}
+
+// Mountpoint is the absolute mount point.
+func (s *Server) Mountpoint() string { return s.mountpoint }
+
+// Unmount commits every completed operation (ws.Sync), then unmounts. If
+// the mount is busy (open files, a shell inside) it detaches it lazily
+// instead and waits up to 10 s for the last user to leave. The workspace
+// stays open: the caller closes it, which commits anything the kernel sent
+// during the unmount. Unmount is idempotent.
+func (s *Server) Unmount() error {
+	s.once.Do(func() {
+		syncErr := s.ws.Sync()
+		if syncErr != nil {
+			s.log.Error("commit before unmount failed", "err", syncErr)
+		}
+		err := s.srv.Unmount()
+		if err != nil {
+			s.log.Warn("unmount failed, detaching lazily", "mountpoint", s.mountpoint, "err", err)
+			if lerr := unix.Unmount(s.mountpoint, unix.MNT_DETACH); lerr != nil {
+				err = fmt.Errorf("unmount %s: %v; lazy unmount: %w", s.mountpoint, err, lerr)
+			} else {
+				err = nil
+				select {
+				case <-s.served:
+				case <-time.After(10 * time.Second):
+					err = fmt.Errorf("unmount %s: detached, but files on it are still open; their users get errors once wsfs exits", s.mountpoint)
+				}
+			}
+		}
+		s.err = errors.Join(syncErr, err)
+	})
+	return s.err
+}
+
+// Wait blocks until the file system is unmounted (by Unmount or by an
+// external umount).
+func (s *Server) Wait() { <-s.served }
+
+// Done is closed when the file system is unmounted.
+func (s *Server) Done() <-chan struct{} { return s.served }
+
+// CheckFUSE reports whether this process can mount FUSE file systems.
+func CheckFUSE() error {
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return precondition("/dev/fuse does not exist: load the fuse module (modprobe fuse) or, in a container, pass --device /dev/fuse")
+	case errors.Is(err, os.ErrPermission):
+		if os.Geteuid() != 0 && !haveFusermount() {
+			return precondition("cannot open /dev/fuse and no fusermount3 in PATH: run as root or install fuse3")
+		}
+	case err != nil:
+		return precondition("cannot open /dev/fuse: %v", err)
+	default:
+		f.Close()
+	}
+	if os.Geteuid() != 0 && !haveFusermount() {
+		return precondition("mounting needs root or fusermount3 in PATH: run as root or install fuse3")
+	}
+	return nil
+}
+
+func haveFusermount() bool {
+	for _, b := range []string{"fusermount3", "fusermount"} {
+		if _, err := exec.LookPath(b); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckMountpoint reports whether mp (absolute) can be mounted on: an
+// existing, empty directory that is not already a mount point.
+func CheckMountpoint(mp string) error {
+	st, err := os.Stat(mp)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN):
+		return precondition("mount point %s is a stale FUSE mount (its daemon is gone): run `umount -l %s` first", mp, mp)
+	case errors.Is(err, os.ErrNotExist):
+		return precondition("mount point %s does not exist: create it (mkdir -p %s) or omit it to use the default", mp, mp)
+	case err != nil:
+		return precondition("mount point %s: %v", mp, err)
+	case !st.IsDir():
+		return precondition("mount point %s is not a directory", mp)
+	}
+	mounted, err := isMountpoint(mp)
+	if err != nil {
+		return err
+	}
+	if mounted {
+		return precondition("%s is already a mount point: unmount it first (umount %s), or stop the wsfs daemon serving it", mp, mp)
+	}
+	d, err := os.Open(mp)
+	if err != nil {
+		return precondition("mount point %s: %v", mp, err)
+	}
+	defer d.Close()
+	if names, _ := d.Readdirnames(1); len(names) > 0 {
+		return precondition("mount point %s is not empty (it holds %q): use an empty directory", mp, names[0])
+	}
+	return nil
+}
+
+// isMountpoint looks mp up in /proc/self/mountinfo (field 5, octal escaped).
+func isMountpoint(mp string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mount table: %w", err)
+	}
+	defer f.Close()
+	return mountinfoHas(f, mp)
+}
+
+func mountinfoHas(rd io.Reader, mp string) (bool, error) {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == mp {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMountinfo undoes the kernel's \ooo escapes of space, tab, newline
+// and backslash.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			var v byte
+			ok := true
+			for _, c := range []byte(s[i+1 : i+4]) {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + (c - '0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// slogWriter routes go-fuse's log.Logger output to slog.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Info(strings.TrimRight(string(p), "\n"), "component", "go-fuse")
+	return len(p), nil
+}

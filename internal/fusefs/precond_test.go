@@ -1,0 +1,62 @@
+package fusefs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheckMountpoint(t *testing.T) {
+	d := t.TempDir()
+	file := filepath.Join(d, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	full := filepath.Join(d, "full")
+	if err := os.MkdirAll(filepath.Join(full, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(d, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mp, want string
+	}{
+		{filepath.Join(d, "missing"), "does not exist"},
+		{file, "not a directory"},
+		{full, "not empty"},
+		{"/proc", "already a mount point"},
+	} {
+		err := CheckMountpoint(c.mp)
+		var pe *PreconditionError
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want a PreconditionError containing %q", c.mp, err, c.want)
+		}
+	}
+	if err := CheckMountpoint(empty); err != nil {
+		t.Errorf("empty directory: %v", err)
+	}
+}
+
+func TestMountedTwice(t *testing.T) {
+	e := newEnv(t, Options{})
+	_, err := Mount(e.ws, e.mnt, Options{})
+	var pe *PreconditionError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "already a mount point") {
+		t.Fatalf("second mount on a live mount point: %v", err)
+	}
+}
+
+func TestMountinfoUnescape(t *testing.T) {
+	line := `36 35 0:31 / /tmp/a\040b\134c rw,relatime shared:1 - fuse.wsfs wsfs:x rw` + "\n"
+	ok, err := mountinfoHas(strings.NewReader(line), `/tmp/a b\c`)
+	if err != nil || !ok {
+		t.Fatalf("escaped mount point not found: %v %v", ok, err)
+	}
+	if ok, _ := mountinfoHas(strings.NewReader(line), "/tmp/a"); ok {
+		t.Fatal("prefix matched")
+	}
+}
