@@ -16,7 +16,9 @@ func TestServeExposesCollectors(t *testing.T) {
 	op.Done(time.Now(), false)
 	op.Done(time.Now(), true)
 	m.GroupCommitted(commit.GroupStats{Group: 7, Records: 3, Objects: 2, Drain: time.Millisecond, LogSync: 2 * time.Millisecond})
-	m.WatchEngine(func() EngineStats { return EngineStats{Pending: 5, BytesInline: 100, BytesPooled: 4096, BytesDeduped: 12} })
+	m.WatchEngine(func() EngineStats {
+		return EngineStats{Pending: 5, BytesInline: 100, BytesPooled: 4096, BytesDeduped: 12}
+	})
 
 	s, err := m.Serve("127.0.0.1:0")
 	if err != nil {
