@@ -41,6 +41,11 @@
 // never will, if that process dies). Syncing it again costs little if it is
 // already clean.
 //
+// SyncObjects skips objects this process itself made durable within the
+// last durableWindow (ten minutes) of their mtime; GC cannot remove and
+// someone re-publish an object that quickly, so the skipped object is the
+// inode that was synced.
+//
 // Because the pool cannot know whether another process ever synced
 // objects/ after creating a fan-out directory, each process syncs objects/
 // once for every fan-out directory it has not yet seen durable (at Open for
@@ -52,8 +57,8 @@
 // mtime is older than the grace period. A dedup hit bumps the object's mtime
 // (Protect) before Put returns, so an object that a group is about to
 // reference cannot be collected during the group's commit window, as long as
-// the grace period is far longer than a commit window (use hours, not
-// seconds). GC moves a candidate into POOL/tmp before deleting it and checks
+// the grace period is far longer than a commit window (GC refuses anything
+// shorter than MinGrace, one hour). GC moves a candidate into POOL/tmp before deleting it and checks
 // its mtime again there; if a Protect raced with it, GC puts the object
 // back and syncs its directory. The same grace period applies to temps in
 // POOL/tmp, so a staging file must not sit unwritten for longer than the

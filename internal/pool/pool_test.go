@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -509,6 +511,117 @@ func TestGCRacesProtect(t *testing.T) {
 				t.Errorf("object after racing GC: %q, %v", got, err)
 			}
 			fsck(t, base, dir, 0)
+		})
+	}
+}
+
+// TestOpenVerifiesOnce: the first Open of an object in a process reads it
+// through to verify it; later Opens do not, until the size changes.
+func TestOpenVerifiesOnce(t *testing.T) {
+	for _, fc := range fsCases {
+		t.Run(fc.name, func(t *testing.T) {
+			var c opCounter
+			base, dir := fc.new(t)
+			id, _, err := openPool(t, base, dir, Options{}).Put(content(11, 300_000))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := openPool(t, c.wrap(base), dir, Options{})
+			for i, wantReads := range []bool{true, false, false} {
+				c.reset()
+				f, err := p.Open(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				if got := c.get(vfs.OpRead) > 0; got != wantReads {
+					t.Errorf("Open #%d read the object: %v, want %v", i+1, got, wantReads)
+				}
+			}
+			overwrite(t, base, p.Path(id), func(b []byte) []byte { return b[:len(b)-1] })
+			if _, err := p.Open(id); !errors.As(err, new(*CorruptObjectError)) {
+				t.Errorf("Open after the object shrank: %v; want *CorruptObjectError", err)
+			}
+		})
+	}
+}
+
+// TestConcurrentPut: many goroutines in two pool instances (standing in for
+// processes) publish overlapping content at once; every content ends up as
+// exactly one intact object and no temp is left.
+func TestConcurrentPut(t *testing.T) {
+	for _, fc := range fsCases {
+		t.Run(fc.name, func(t *testing.T) {
+			fsys, dir := fc.new(t)
+			pools := []*Pool{openPool(t, fsys, dir, Options{}), openPool(t, fsys, dir, Options{})}
+			const items, workers, rounds = 16, 8, 40
+			var newCount atomic.Int64
+			var wg sync.WaitGroup
+			for w := range workers {
+				p := pools[w%2]
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(uint64(w), 3))
+					for range rounds {
+						i := r.IntN(items)
+						id, dedup, err := p.Put(content(uint64(i), 5000+i))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if !dedup {
+							newCount.Add(1)
+						}
+						if err := p.SyncObjects([]ID{id}, 2); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			var objects int
+			fans, _ := fsys.List(filepath.Join(dir, "objects"))
+			for _, fan := range fans {
+				names, _ := fsys.List(filepath.Join(dir, "objects", fan))
+				objects += len(names)
+			}
+			if objects > items || int64(objects) != newCount.Load() {
+				t.Errorf("%d objects on disk, %d Puts reported a new object; want equal and at most %d", objects, newCount.Load(), items)
+			}
+			fsck(t, fsys, dir, 0)
+		})
+	}
+}
+
+// TestPublishStagingRepairs: a staging file whose object exists but is
+// known to be corrupt replaces it.
+func TestPublishStagingRepairs(t *testing.T) {
+	for _, fc := range fsCases {
+		t.Run(fc.name, func(t *testing.T) {
+			fsys, dir := fc.new(t)
+			p := openPool(t, fsys, dir, Options{})
+			data := content(12, 70_000)
+			id, _, err := p.Put(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			overwrite(t, fsys, p.Path(id), func(b []byte) []byte { b[0] ^= 1; return b })
+			if _, err := p.ReadAll(id); !errors.As(err, new(*CorruptObjectError)) {
+				t.Fatalf("ReadAll of the damaged object: %v", err)
+			}
+			f, path, err := p.CreateStaging()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write(data)
+			f.Close()
+			if dedup, err := p.PublishStaging(path, id); err != nil || dedup {
+				t.Fatalf("PublishStaging over a corrupt object: dedup=%v err=%v; want a repair", dedup, err)
+			}
+			if got, err := openPool(t, fsys, dir, Options{}).ReadAll(id); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("after the repair: %v", err)
+			}
+			fsck(t, fsys, dir, 0)
 		})
 	}
 }

@@ -459,3 +459,37 @@ func TestSyncFS(t *testing.T) {
 	}
 	checkSurvivors(t, mem.CrashClone(), "/pool", all, data)
 }
+
+// TestPublishRaceKeepsSyncedInode: another process publishes and drains the
+// same content between this Put's existence check and its link. The link
+// must not replace the other process's synced inode with this process's
+// unsynced one (a rename would): after a crash the object is intact.
+func TestPublishRaceKeepsSyncedInode(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	const dir = "/pool"
+	other := openPool(t, mem, dir, Options{})
+	data := content(13, 9000)
+	raced := 0
+	fsys := injectFunc(mem, func(op vfs.Op, path string) {
+		if op != vfs.OpLink || raced > 0 {
+			return
+		}
+		raced++
+		id, dedup, err := other.Put(data)
+		if err != nil || dedup {
+			t.Errorf("racing Put: dedup=%v err=%v", dedup, err)
+		}
+		if err := other.SyncObjects([]ID{id}, 1); err != nil {
+			t.Errorf("racing drain: %v", err)
+		}
+	})
+	p := openPool(t, fsys, dir, Options{})
+	id, dedup, err := p.Put(data)
+	if err != nil || !dedup || raced != 1 {
+		t.Fatalf("Put racing another publisher: dedup=%v err=%v raced=%d; want dedup after one race", dedup, err, raced)
+	}
+	// This process drains nothing (say it crashed at once): the other
+	// process's drain must be what survives.
+	checkSurvivors(t, mem.CrashClone(), dir, map[ID]bool{id: true}, map[ID][]byte{id: data})
+	fsck(t, mem, dir, 0)
+}
