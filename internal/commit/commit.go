@@ -100,7 +100,7 @@ type GroupStats struct {
 type Stats struct {
 	LastGroup  uint64    // the last committed group (the log's LastGroup at New before the first commit)
 	LastCommit time.Time // when it was committed; zero before the first commit
-	Pending    int       // records enqueued and not yet durable (queued or in flight)
+	Pending    int       // records enqueued and not yet durable (queued or in flight; after a failure, those never committed)
 	Failed     error     // the *FailedError if the committer has failed for good, else nil
 }
 
@@ -134,8 +134,10 @@ type Options struct {
 	Observer Observer
 	// OnCommit, if set, is called by the flusher for each group after it is
 	// durable and before its waiters are released, in group order. It
-	// must not call the Committer. records is the committer's own slice;
-	// it may be kept but not modified.
+	// runs on the flusher, so it must not call Enqueue, Wait, Barrier or
+	// Close (they wait for the flusher); Stats is fine. records is a
+	// fresh slice that may be kept; the records' Data must not be
+	// modified.
 	OnCommit func(group uint64, records []Record)
 }
 
@@ -242,7 +244,7 @@ func New(log Log, objs Objects, opts Options) *Committer {
 // the same group, in order, after every record enqueued before the call.
 // With no records it returns the Ticket of the last record enqueued so far.
 //
-// Enqueue does no I/O. It blocks only while more than 8*MaxRecords records
+// Enqueue does no I/O. It blocks only while 8*MaxRecords or more records
 // are queued behind the group in flight (backpressure). It returns the
 // *FailedError once the committer has failed, and ErrClosed after Close.
 func (c *Committer) Enqueue(recs ...Record) (Ticket, error) {
@@ -343,7 +345,6 @@ func (c *Committer) Stats() Stats {
 	}
 	if c.mu.failed != nil {
 		s.Failed = c.mu.failed
-		s.Pending = 0
 	}
 	return s
 }
