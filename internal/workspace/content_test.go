@@ -1,0 +1,220 @@
+package workspace
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+)
+
+// smallLimits makes inline, pooled and spilled contents cheap to reach.
+func smallLimits(e *env) {
+	e.opts.InlineMax = 100
+	e.opts.SpillSize = 1000
+}
+
+func pattern(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestContentKinds(t *testing.T) {
+	envs(t, func(t *testing.T, e *env) {
+		smallLimits(e)
+		for _, tc := range []struct {
+			name   string
+			writes []struct {
+				off  int64
+				data []byte
+			}
+			want     []byte
+			isObject bool
+		}{
+			{name: "empty", want: nil},
+			{name: "inline", writes: wr(0, []byte("tiny")), want: []byte("tiny")},
+			{name: "inline at limit", writes: wr(0, pattern(100, 1)), want: pattern(100, 1)},
+			{name: "pooled from memory", writes: wr(0, pattern(101, 2)), want: pattern(101, 2), isObject: true},
+			{name: "spilled", writes: wr(0, pattern(5000, 3)), want: pattern(5000, 3), isObject: true},
+			{name: "grows past spill", writes: append(wr(0, pattern(900, 4)), wr(900, pattern(900, 5))...),
+				want: append(pattern(900, 4), pattern(900, 5)...), isObject: true},
+			{name: "sparse in memory", writes: wr(500, []byte("x")), want: append(make([]byte, 500), 'x'), isObject: true},
+			{name: "sparse spilled", writes: wr(100000, []byte("end")), want: append(make([]byte, 100000), "end"...), isObject: true},
+			{name: "overlapping", writes: append(wr(0, []byte("aaaaaa")), wr(2, []byte("BB"))...), want: []byte("aaBBaa")},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				w := e.open()
+				f := A(t)(w.Create(RootIno, tc.name, 0o644, me))
+				h := H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))
+				for _, x := range tc.writes {
+					if n, err := h.WriteAt(x.data, x.off); err != nil || n != len(x.data) {
+						t.Fatalf("write: %d %v", n, err)
+					}
+				}
+				// Dirty reads see the writes before any flush.
+				if a := A(t)(w.GetAttr(f.Ino)); a.Size != uint64(len(tc.want)) {
+					t.Fatalf("dirty size %d, want %d", a.Size, len(tc.want))
+				}
+				got := make([]byte, len(tc.want)+7)
+				n, err := h.ReadAt(got, 0)
+				noErr(t, err)
+				eq(t, got[:n], tc.want, "dirty read")
+				noErr(t, h.Flush())
+				n, err = h.ReadAt(got, 0)
+				noErr(t, err)
+				eq(t, got[:n], tc.want, "read after flush")
+				noErr(t, h.Release())
+				n0 := w.tree.Get(uint64ToIno(f.Ino))
+				if n0.Content.IsObject != tc.isObject {
+					t.Fatalf("IsObject = %v, want %v", n0.Content.IsObject, tc.isObject)
+				}
+				noErr(t, w.Close())
+				w = e.open()
+				defer w.Close()
+				eq(t, readAll(t, w, f.Ino), tc.want, "after reopen")
+				if tc.isObject {
+					data, err := e.pool.ReadAll(pool.ID(w.tree.Get(uint64ToIno(f.Ino)).Content.Object))
+					noErr(t, err)
+					eq(t, data, tc.want, "pool object")
+				}
+			})
+		}
+	})
+}
+
+type wrt = struct {
+	off  int64
+	data []byte
+}
+
+func wr(off int64, data []byte) []wrt { return []wrt{{off, data}} }
+
+func TestCopyOnWriteAndTruncate(t *testing.T) {
+	envs(t, func(t *testing.T, e *env) {
+		smallLimits(e)
+		w := e.open()
+		defer w.Close()
+		for _, size := range []int{50, 500, 5000} {
+			orig := pattern(size, uint64(size))
+			f := writeFile(t, w, RootIno, "f", orig)
+			oldContent := w.tree.Get(uint64ToIno(f.Ino)).Content
+			// Overwrite the middle: the published content must not change.
+			h := H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))
+			A(t)(w.GetAttr(f.Ino))
+			_, err := h.WriteAt([]byte("XY"), int64(size/2))
+			noErr(t, err)
+			if oldContent.IsObject {
+				data, err := e.pool.ReadAll(pool.ID(oldContent.Object))
+				noErr(t, err)
+				eq(t, data, orig, "published object after overwrite")
+			} else {
+				eq(t, oldContent.Inline, orig, "published inline after overwrite")
+			}
+			noErr(t, h.Release()) // flushes: last handle
+			want := append([]byte(nil), orig...)
+			copy(want[size/2:], "XY")
+			eq(t, readAll(t, w, f.Ino), want, "after overwrite")
+
+			// Truncate down, up (zeros), and O_TRUNC.
+			for _, ts := range []uint64{uint64(size / 3), uint64(size) * 3, 0} {
+				A(t)(w.SetAttr(f.Ino, SetAttrIn{Size: &ts}))
+				exp := make([]byte, ts)
+				copy(exp, want)
+				eq(t, readAll(t, w, f.Ino), exp, "after truncate")
+				want = exp
+			}
+			writeFile(t, w, RootIno, "f", orig)
+			h = H(t)(w.OpenFile(f.Ino, syscall.O_WRONLY|syscall.O_TRUNC))
+			if a := A(t)(w.GetAttr(f.Ino)); a.Size != 0 {
+				t.Fatalf("size after O_TRUNC %d", a.Size)
+			}
+			noErr(t, h.Release())
+			// O_APPEND writes at EOF.
+			writeFile(t, w, RootIno, "f", []byte("abc"))
+			h = H(t)(w.OpenFile(f.Ino, syscall.O_WRONLY|syscall.O_APPEND))
+			_, err = h.WriteAt([]byte("def"), 0)
+			noErr(t, err)
+			noErr(t, h.Release())
+			eq(t, readAll(t, w, f.Ino), []byte("abcdef"), "append")
+		}
+	})
+}
+
+func uint64ToIno(i Ino) namespace.Ino { return namespace.Ino(i) }
+
+func TestUnlinkWhileOpen(t *testing.T) {
+	envs(t, func(t *testing.T, e *env) {
+		smallLimits(e)
+		w := e.open()
+		for _, size := range []int{10, 500, 5000} {
+			f := writeFile(t, w, RootIno, "f", pattern(size, 9))
+			h := H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))
+			noErr(t, w.Unlink(RootIno, "f"))
+			mustErrno(t, errOf(w.Lookup(RootIno, "f")), syscall.ENOENT)
+			// Still readable and writable through the handle, never logged.
+			_, err := h.WriteAt([]byte("more"), int64(size))
+			noErr(t, err)
+			noErr(t, h.Flush())
+			buf := make([]byte, size+4)
+			n, err := h.ReadAt(buf, 0)
+			noErr(t, err)
+			eq(t, buf[:n], append(pattern(size, 9), "more"...), "orphan read")
+			if a := A(t)(w.GetAttr(f.Ino)); a.Nlink != 0 {
+				t.Fatalf("orphan nlink %d", a.Nlink)
+			}
+			noErr(t, h.Release())
+			w.Forget(f.Ino, 2) // Create's and writeFile's Lookup
+			if w.tree.Get(uint64ToIno(f.Ino)) != nil {
+				t.Fatal("orphan stays after its last handle and lookup")
+			}
+			mustErrno(t, errOf(w.GetAttr(f.Ino)), syscall.ENOENT)
+		}
+		want := dumpOf(w)
+		noErr(t, w.Close())
+		w = e.open()
+		defer w.Close()
+		if got := dumpOf(w); got != want {
+			t.Fatalf("dump after reopen:\n%s\nwant\n%s", got, want)
+		}
+	})
+}
+
+// TestLargeSparse writes past 4 GiB into a sparse staging file on the OS
+// file system, publishes it, and reads the hole and the data back.
+func TestLargeSparse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("hashes 4 GiB of zeros")
+	}
+	e := diskEnv(t)
+	w := e.open()
+	defer w.Close()
+	f := A(t)(w.Create(RootIno, "big", 0o644, me))
+	h := H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))
+	const off = 1<<32 + 12345
+	_, err := h.WriteAt([]byte("beyond 4 GiB"), off)
+	noErr(t, err)
+	noErr(t, h.Fsync(false))
+	noErr(t, h.Release())
+	h = H(t)(w.OpenFile(f.Ino, syscall.O_RDONLY))
+	defer h.Release()
+	buf := make([]byte, 32)
+	n, err := h.ReadAt(buf, off-8)
+	noErr(t, err)
+	eq(t, buf[:n], append(make([]byte, 8), "beyond 4 GiB"...), "tail")
+	n, err = h.ReadAt(buf, 1<<31)
+	noErr(t, err)
+	eq(t, buf[:n], make([]byte, 32), "hole")
+	if _, ok := h.ObjectFile(); !ok {
+		t.Fatal("no passthrough object file for a clean pooled file")
+	}
+	if a := A(t)(w.GetAttr(f.Ino)); a.Size != off+12 {
+		t.Fatalf("size %d", a.Size)
+	}
+	_ = bytes.MinRead
+}
