@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -680,4 +681,52 @@ func TestConcurrentEnqueue(t *testing.T) {
 	if want-1 != writers*perWriter {
 		t.Fatalf("log holds %d records; want %d", want-1, writers*perWriter)
 	}
+}
+
+// TestStateSyncFSFailure: in the syncfs drain, a failed syncfs of the state
+// filesystem is a drain failure like the pool's: EIO to the waiters, the
+// objects republished, the records retried.
+func TestStateSyncFSFailure(t *testing.T) {
+	injected := errors.New("injected: syncfs of the state filesystem failed")
+	var h *harness
+	var fails atomic.Int32
+	fails.Store(1)
+	h = newHarness(t, Options{Window: time.Hour, Drain: DrainSyncFS, StateSyncFS: func() error {
+		if fails.Add(-1) >= 0 {
+			h.rec.add("state-syncfs: error")
+			return injected
+		}
+		h.rec.add("state-syncfs")
+		return nil
+	}})
+	tk := mustEnqueue(t, h.c, rec("r1", "A"))
+	first := make(chan error, 1)
+	go func() { first <- h.c.Wait(ctxT(t), tk) }()
+	waitWaiters(t, h.c, 1)
+	mustEnqueue(t, h.c) // no records: no group
+	if err := h.c.Barrier(ctxT(t)); err != nil && !errors.Is(err, injected) {
+		t.Fatalf("Barrier = %v", err)
+	}
+	if err := <-first; !errors.Is(err, injected) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("waiter got %v; want the state syncfs failure as EIO", err)
+	}
+	mustWait(t, h.c, tk)
+	equal(t, "calls", h.rec.list(), []string{
+		"pool-syncfs", "state-syncfs: error", "republish A",
+		"pool-syncfs", "state-syncfs", "append [r1]", "log-sync",
+	})
+}
+
+func TestEnqueueNothing(t *testing.T) {
+	h := newHarness(t, Options{Window: time.Hour})
+	if tk, err := h.c.Enqueue(); tk != 0 || err != nil {
+		t.Fatalf("Enqueue() on an empty committer = %d, %v; want 0, nil", tk, err)
+	}
+	mustBarrier(t, h.c) // nothing to commit: returns at once
+	tk := mustEnqueue(t, h.c, rec("a"), rec("b"))
+	if got := mustEnqueue(t, h.c); got != tk {
+		t.Fatalf("Enqueue() = %d; want the last ticket %d", got, tk)
+	}
+	mustBarrier(t, h.c)
+	equal(t, "calls", h.rec.list(), []string{"append [a b]", "log-sync"})
 }
