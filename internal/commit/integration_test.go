@@ -235,13 +235,20 @@ func TestObjectSyncFailureRepublishes(t *testing.T) {
 	c := New(l, p, Options{Window: time.Hour, Logger: slog.New(slog.NewTextHandler(out, nil))})
 	defer c.Close()
 
+	var last Ticket
 	for i := range 6 {
-		mustEnqueue(t, c, w.put(t, p, i))
+		last = mustEnqueue(t, c, w.put(t, p, i))
 	}
-	err := c.Barrier(ctxT(t))
+	first := make(chan error, 1)
+	go func() { first <- c.Wait(ctxT(t), last) }()
+	waitWaiters(t, c, 1) // registered before the first attempt
+	if err := c.Barrier(ctxT(t)); err != nil && !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Barrier = %v", err) // nil if it came after the retry
+	}
+	err := <-first
 	var derr *DrainError
 	if !errors.As(err, &derr) || !errors.Is(err, syscall.EIO) {
-		t.Fatalf("Barrier over a failing object sync = %v; want a *DrainError matching EIO", err)
+		t.Fatalf("waiter of a failing object sync got %v; want a *DrainError matching EIO", err)
 	}
 	if rule.Injected() != 1 {
 		t.Fatalf("fault injected %d times; want 1", rule.Injected())
