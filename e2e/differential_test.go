@@ -1,0 +1,565 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestDifferential applies one seeded random sequence of system calls to
+// the target and to a native directory and requires, after every call, the
+// same result (return value, errno, data read) on both, and at the end the
+// same tree (type, permissions, size, content hash, link counts, hard-link
+// groups, symlink targets, xattrs), also after a remount. On the native
+// target the reference is a second native directory, which proves the test
+// deterministic. A failure names the seed and the op index; -e2e.seed=N
+// replays the sequence.
+func TestDifferential(t *testing.T) {
+	n := 2000
+	if testing.Short() {
+		n = 500
+	}
+	forEachTarget(t, mountOpts{}, func(t *testing.T, tg *target) {
+		seed := testSeed(t)
+		ref := t.TempDir()
+		r := rand.New(rand.NewSource(seed))
+		got, want := newSide(tg.root), newSide(ref)
+		defer got.closeAll()
+		defer want.closeAll()
+		failed := 0 // ops that returned an error on both sides
+		for i := range n {
+			op := genDiffOp(r)
+			w := op.run(want)
+			g := op.run(got)
+			if strings.HasPrefix(w, "E") || strings.Contains(w, "open E") {
+				failed++
+			}
+			if w != g {
+				t.Fatalf("seed %d op %d: %s\n  native: %s\n  %s: %s\n(replay: go test -run 'TestDifferential/%s' -e2e.seed=%d ./e2e)",
+					seed, i, op.desc, w, tg.kind, g, tg.kind, seed)
+			}
+		}
+		got.closeAll()
+		want.closeAll()
+		t.Logf("%d ops, %d of them failed with the same errno on both sides", n, failed)
+		compareTrees(t, fmt.Sprintf("seed %d: after %d ops", seed, n), ref, tg.root)
+		tg.remount(t)
+		compareTrees(t, fmt.Sprintf("seed %d: after %d ops and a remount", seed, n), ref, tg.root)
+	})
+}
+
+// testSeed returns -e2e.seed or a time-based seed, and logs it.
+func testSeed(t *testing.T) int64 {
+	seed := *flagSeed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("seed %d", seed)
+	return seed
+}
+
+// compareTrees fails t if the trees at want and got differ.
+func compareTrees(t *testing.T, what, want, got string) {
+	t.Helper()
+	o := snapOpts{dirLink: true}
+	w, err := snapshot(want, o)
+	if err != nil {
+		t.Fatalf("%s: snapshot of the native tree: %v", what, err)
+	}
+	g, err := snapshot(got, o)
+	if err != nil {
+		t.Fatalf("%s: snapshot of the target tree: %v", what, err)
+	}
+	if d := diffTrees(w, g, 40); len(d) > 0 {
+		t.Fatalf("%s: trees differ (%d entries native, %d target):\n  %s", what, len(w), len(g), strings.Join(d, "\n  "))
+	}
+}
+
+// diffSlots is the number of file descriptors kept open across ops.
+const diffSlots = 4
+
+// side is one of the two trees of the differential test with its open
+// descriptors (-1: closed).
+type side struct {
+	root string
+	fds  [diffSlots]int
+}
+
+func newSide(root string) *side {
+	s := &side{root: root}
+	for i := range s.fds {
+		s.fds[i] = -1
+	}
+	return s
+}
+
+func (s *side) closeAll() {
+	for i, fd := range s.fds {
+		if fd >= 0 {
+			unix.Close(fd)
+			s.fds[i] = -1
+		}
+	}
+}
+
+func (s *side) path(rel string) string { return filepath.Join(s.root, rel) }
+
+// diffOp is one step: desc names it and its arguments; run performs it on
+// a side and describes everything observable about the result.
+type diffOp struct {
+	desc string
+	run  func(s *side) string
+}
+
+// errno renders an error as its errno name ("ok" for nil).
+func errno(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		if n := unix.ErrnoName(e); n != "" {
+			return n
+		}
+		return fmt.Sprintf("errno %d", int(e))
+	}
+	return err.Error()
+}
+
+// diffNames is the small name space the ops draw from, so they often meet
+// existing files, directories and links.
+var diffNames = []string{"a", "b", "c", "d"}
+
+func randPath(r *rand.Rand) string {
+	depth := 1 // 50 %; 2: 35 %; 3: 15 %
+	switch x := r.Intn(20); {
+	case x >= 17:
+		depth = 3
+	case x >= 10:
+		depth = 2
+	}
+	parts := make([]string, depth)
+	for i := range parts {
+		parts[i] = diffNames[r.Intn(len(diffNames))]
+	}
+	return filepath.Join(parts...)
+}
+
+// randSize picks a size around the interesting boundaries: small, a few
+// pages, the inline limit (64 KiB) and beyond.
+func randSize(r *rand.Rand) int {
+	switch r.Intn(8) {
+	case 0:
+		return 0
+	case 1, 2, 3:
+		return r.Intn(300)
+	case 4, 5:
+		return 1000 + r.Intn(9000)
+	case 6:
+		return 60<<10 + r.Intn(10<<10)
+	default:
+		return 100<<10 + r.Intn(200<<10)
+	}
+}
+
+func randData(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	r.Read(b)
+	return b
+}
+
+func randMode(r *rand.Rand) uint32 {
+	modes := []uint32{0o644, 0o600, 0o755, 0o700, 0o444, 0o4755, 0o1777, 0o640}
+	return modes[r.Intn(len(modes))]
+}
+
+// statString describes an lstat result, leaving out what may differ
+// between filesystems (inode, blocks, times, a directory's size).
+func statString(st *unix.Stat_t) string {
+	size := st.Size
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		size = -1
+	}
+	return fmt.Sprintf("mode %#o size %d nlink %d", st.Mode, size, st.Nlink)
+}
+
+func preadAll(fd int) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "fstat " + errno(err)
+	}
+	buf := make([]byte, st.Size+10)
+	n, err := unix.Pread(fd, buf, 0)
+	if err != nil {
+		return "pread " + errno(err)
+	}
+	return fmt.Sprintf("read %d sha256 %s", n, short(hashBytes(buf[:n])))
+}
+
+type weighted struct {
+	w   int
+	gen func(r *rand.Rand) diffOp
+}
+
+var diffOps = []weighted{
+	{12, genCreate}, {10, genWriteAt}, {6, genAppend}, {5, genTruncate},
+	{8, genRename}, {4, genLink}, {6, genUnlink}, {8, genMkdir}, {4, genRmdir},
+	{4, genSymlink}, {3, genChmod}, {2, genUtimes}, {4, genReaddir},
+	{5, genRead}, {2, genFsync}, {3, genOpenUnlinkRead}, {4, genStat},
+	{2, genReadlink}, {4, genSlotOpen}, {5, genSlotWrite}, {4, genSlotRead},
+	{2, genSlotTruncate}, {3, genSlotStat}, {1, genSlotFsync}, {3, genSlotClose},
+	{3, genXattr},
+}
+
+func genDiffOp(r *rand.Rand) diffOp {
+	total := 0
+	for _, o := range diffOps {
+		total += o.w
+	}
+	x := r.Intn(total)
+	for _, o := range diffOps {
+		if x < o.w {
+			return o.gen(r)
+		}
+		x -= o.w
+	}
+	panic("unreachable")
+}
+
+func genCreate(r *rand.Rand) diffOp {
+	p, mode := randPath(r), randMode(r)&0o777
+	flags := unix.O_CREAT | unix.O_WRONLY
+	switch r.Intn(3) {
+	case 0:
+		flags |= unix.O_TRUNC
+	case 1:
+		flags |= unix.O_EXCL
+	}
+	data := randData(r, randSize(r))
+	return diffOp{fmt.Sprintf("create %s flags %#x mode %#o len %d", p, flags, mode, len(data)), func(s *side) string {
+		fd, err := unix.Open(s.path(p), flags, mode)
+		if err != nil {
+			return "open " + errno(err)
+		}
+		n, werr := unix.Write(fd, data)
+		return fmt.Sprintf("open ok write %d %s close %s", n, errno(werr), errno(unix.Close(fd)))
+	}}
+}
+
+func genWriteAt(r *rand.Rand) diffOp {
+	p, off := randPath(r), int64(randSize(r))
+	data := randData(r, 1+randSize(r)/2)
+	return diffOp{fmt.Sprintf("pwrite %s off %d len %d", p, off, len(data)), func(s *side) string {
+		fd, err := unix.Open(s.path(p), unix.O_WRONLY, 0)
+		if err != nil {
+			return "open " + errno(err)
+		}
+		n, werr := unix.Pwrite(fd, data, off)
+		return fmt.Sprintf("pwrite %d %s close %s", n, errno(werr), errno(unix.Close(fd)))
+	}}
+}
+
+func genAppend(r *rand.Rand) diffOp {
+	p := randPath(r)
+	data := randData(r, 1+r.Intn(5000))
+	return diffOp{fmt.Sprintf("append %s len %d", p, len(data)), func(s *side) string {
+		fd, err := unix.Open(s.path(p), unix.O_WRONLY|unix.O_APPEND, 0)
+		if err != nil {
+			return "open " + errno(err)
+		}
+		n, werr := unix.Write(fd, data)
+		var st unix.Stat_t
+		serr := unix.Fstat(fd, &st)
+		return fmt.Sprintf("write %d %s fstat %s size %d close %s", n, errno(werr), errno(serr), st.Size, errno(unix.Close(fd)))
+	}}
+}
+
+func genTruncate(r *rand.Rand) diffOp {
+	p, size := randPath(r), int64(randSize(r))
+	return diffOp{fmt.Sprintf("truncate %s %d", p, size), func(s *side) string {
+		return errno(unix.Truncate(s.path(p), size))
+	}}
+}
+
+func genRename(r *rand.Rand) diffOp {
+	from, to := randPath(r), randPath(r)
+	flags, name := 0, "rename"
+	switch r.Intn(10) {
+	case 0:
+		flags, name = unix.RENAME_NOREPLACE, "rename NOREPLACE"
+	case 1:
+		flags, name = unix.RENAME_EXCHANGE, "rename EXCHANGE"
+	}
+	return diffOp{fmt.Sprintf("%s %s %s", name, from, to), func(s *side) string {
+		return errno(unix.Renameat2(unix.AT_FDCWD, s.path(from), unix.AT_FDCWD, s.path(to), uint(flags)))
+	}}
+}
+
+func genLink(r *rand.Rand) diffOp {
+	from, to := randPath(r), randPath(r)
+	return diffOp{fmt.Sprintf("link %s %s", from, to), func(s *side) string {
+		return errno(unix.Link(s.path(from), s.path(to)))
+	}}
+}
+
+func genUnlink(r *rand.Rand) diffOp {
+	p := randPath(r)
+	return diffOp{"unlink " + p, func(s *side) string { return errno(unix.Unlink(s.path(p))) }}
+}
+
+func genMkdir(r *rand.Rand) diffOp {
+	p := randPath(r)
+	mode := []uint32{0o755, 0o700, 0o777, 0o1777}[r.Intn(4)]
+	return diffOp{fmt.Sprintf("mkdir %s %#o", p, mode), func(s *side) string {
+		return errno(unix.Mkdir(s.path(p), mode))
+	}}
+}
+
+func genRmdir(r *rand.Rand) diffOp {
+	p := randPath(r)
+	return diffOp{"rmdir " + p, func(s *side) string { return errno(unix.Rmdir(s.path(p))) }}
+}
+
+func genSymlink(r *rand.Rand) diffOp {
+	// Targets are relative names without "..", so nothing resolves outside
+	// the tree under test.
+	target, p := randPath(r), randPath(r)
+	return diffOp{fmt.Sprintf("symlink %s -> %s", p, target), func(s *side) string {
+		return errno(unix.Symlink(target, s.path(p)))
+	}}
+}
+
+func genChmod(r *rand.Rand) diffOp {
+	p, mode := randPath(r), randMode(r)
+	return diffOp{fmt.Sprintf("chmod %s %#o", p, mode), func(s *side) string {
+		return errno(unix.Chmod(s.path(p), mode))
+	}}
+}
+
+func genUtimes(r *rand.Rand) diffOp {
+	p := randPath(r)
+	at := unix.NsecToTimespec(1_600_000_000_000_000_000 + r.Int63n(1e17))
+	mt := unix.NsecToTimespec(1_600_000_000_000_000_000 + r.Int63n(1e17))
+	return diffOp{fmt.Sprintf("utimes %s", p), func(s *side) string {
+		if err := unix.UtimesNano(s.path(p), []unix.Timespec{at, mt}); err != nil {
+			return errno(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(s.path(p), &st); err != nil {
+			return "stat " + errno(err)
+		}
+		return fmt.Sprintf("ok mtime %d", st.Mtim.Nano())
+	}}
+}
+
+func genReaddir(r *rand.Rand) diffOp {
+	p := randPath(r)
+	if r.Intn(5) == 0 {
+		p = "."
+	}
+	return diffOp{"readdir " + p, func(s *side) string {
+		ents, err := os.ReadDir(s.path(p))
+		if err != nil {
+			return errno(err)
+		}
+		names := make([]string, len(ents))
+		for i, e := range ents {
+			names[i] = fmt.Sprintf("%s:%v", e.Name(), e.Type())
+		}
+		sort.Strings(names)
+		return strings.Join(names, " ")
+	}}
+}
+
+func genRead(r *rand.Rand) diffOp {
+	p := randPath(r)
+	return diffOp{"read " + p, func(s *side) string {
+		b, err := os.ReadFile(s.path(p))
+		if err != nil {
+			return errno(err)
+		}
+		return fmt.Sprintf("read %d sha256 %s", len(b), short(hashBytes(b)))
+	}}
+}
+
+func genFsync(r *rand.Rand) diffOp {
+	p := randPath(r)
+	return diffOp{"fsync " + p, func(s *side) string {
+		fd, err := unix.Open(s.path(p), unix.O_RDONLY, 0)
+		if err != nil {
+			return "open " + errno(err)
+		}
+		ferr := unix.Fsync(fd)
+		return fmt.Sprintf("fsync %s close %s", errno(ferr), errno(unix.Close(fd)))
+	}}
+}
+
+func genOpenUnlinkRead(r *rand.Rand) diffOp {
+	p := randPath(r)
+	data := randData(r, randSize(r))
+	return diffOp{fmt.Sprintf("open-unlink-write-read %s len %d", p, len(data)), func(s *side) string {
+		fd, err := unix.Open(s.path(p), unix.O_RDWR, 0)
+		if err != nil {
+			return "open " + errno(err)
+		}
+		defer unix.Close(fd)
+		before := preadAll(fd)
+		uerr := unix.Unlink(s.path(p))
+		n, werr := unix.Pwrite(fd, data, 0)
+		after := preadAll(fd)
+		var st unix.Stat_t
+		serr := unix.Fstat(fd, &st)
+		return fmt.Sprintf("%s unlink %s pwrite %d %s %s fstat %s nlink %d size %d",
+			before, errno(uerr), n, errno(werr), after, errno(serr), st.Nlink, st.Size)
+	}}
+}
+
+func genStat(r *rand.Rand) diffOp {
+	p := randPath(r)
+	return diffOp{"lstat " + p, func(s *side) string {
+		var st unix.Stat_t
+		if err := unix.Lstat(s.path(p), &st); err != nil {
+			return errno(err)
+		}
+		return statString(&st)
+	}}
+}
+
+func genReadlink(r *rand.Rand) diffOp {
+	p := randPath(r)
+	return diffOp{"readlink " + p, func(s *side) string {
+		tgt, err := os.Readlink(s.path(p))
+		return fmt.Sprintf("%q %s", tgt, errno(err))
+	}}
+}
+
+func genSlotOpen(r *rand.Rand) diffOp {
+	slot, p := r.Intn(diffSlots), randPath(r)
+	flags := []int{unix.O_RDONLY, unix.O_RDWR, unix.O_RDWR | unix.O_APPEND, unix.O_RDWR | unix.O_CREAT, unix.O_WRONLY | unix.O_TRUNC}[r.Intn(5)]
+	return diffOp{fmt.Sprintf("slot %d: open %s flags %#x", slot, p, flags), func(s *side) string {
+		cerr := "none"
+		if s.fds[slot] >= 0 {
+			cerr = errno(unix.Close(s.fds[slot]))
+			s.fds[slot] = -1
+		}
+		fd, err := unix.Open(s.path(p), flags, 0o644)
+		if err == nil {
+			s.fds[slot] = fd
+		}
+		return fmt.Sprintf("close old %s open %s", cerr, errno(err))
+	}}
+}
+
+func genSlotWrite(r *rand.Rand) diffOp {
+	slot, off := r.Intn(diffSlots), int64(randSize(r))
+	data := randData(r, 1+randSize(r)/2)
+	return diffOp{fmt.Sprintf("slot %d: pwrite off %d len %d", slot, off, len(data)), func(s *side) string {
+		if s.fds[slot] < 0 {
+			return "closed"
+		}
+		n, err := unix.Pwrite(s.fds[slot], data, off)
+		return fmt.Sprintf("pwrite %d %s", n, errno(err))
+	}}
+}
+
+func genSlotRead(r *rand.Rand) diffOp {
+	slot := r.Intn(diffSlots)
+	return diffOp{fmt.Sprintf("slot %d: read all", slot), func(s *side) string {
+		if s.fds[slot] < 0 {
+			return "closed"
+		}
+		return preadAll(s.fds[slot])
+	}}
+}
+
+func genSlotTruncate(r *rand.Rand) diffOp {
+	slot, size := r.Intn(diffSlots), int64(randSize(r))
+	return diffOp{fmt.Sprintf("slot %d: ftruncate %d", slot, size), func(s *side) string {
+		if s.fds[slot] < 0 {
+			return "closed"
+		}
+		return errno(unix.Ftruncate(s.fds[slot], size))
+	}}
+}
+
+func genSlotStat(r *rand.Rand) diffOp {
+	slot := r.Intn(diffSlots)
+	return diffOp{fmt.Sprintf("slot %d: fstat", slot), func(s *side) string {
+		if s.fds[slot] < 0 {
+			return "closed"
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(s.fds[slot], &st); err != nil {
+			return errno(err)
+		}
+		return statString(&st)
+	}}
+}
+
+func genSlotFsync(r *rand.Rand) diffOp {
+	slot := r.Intn(diffSlots)
+	return diffOp{fmt.Sprintf("slot %d: fsync", slot), func(s *side) string {
+		if s.fds[slot] < 0 {
+			return "closed"
+		}
+		return errno(unix.Fsync(s.fds[slot]))
+	}}
+}
+
+func genSlotClose(r *rand.Rand) diffOp {
+	slot := r.Intn(diffSlots)
+	return diffOp{fmt.Sprintf("slot %d: close", slot), func(s *side) string {
+		if s.fds[slot] < 0 {
+			return "closed"
+		}
+		err := unix.Close(s.fds[slot])
+		s.fds[slot] = -1
+		return errno(err)
+	}}
+}
+
+func genXattr(r *rand.Rand) diffOp {
+	p := randPath(r)
+	name := "user." + diffNames[r.Intn(len(diffNames))]
+	val := randData(r, r.Intn(100))
+	switch r.Intn(4) {
+	case 0:
+		return diffOp{fmt.Sprintf("setxattr %s %s len %d", p, name, len(val)), func(s *side) string {
+			return errno(unix.Setxattr(s.path(p), name, val, 0))
+		}}
+	case 1:
+		return diffOp{fmt.Sprintf("getxattr %s %s", p, name), func(s *side) string {
+			buf := make([]byte, 256)
+			n, err := unix.Getxattr(s.path(p), name, buf)
+			if err != nil {
+				return errno(err)
+			}
+			return fmt.Sprintf("%x", buf[:n])
+		}}
+	case 2:
+		return diffOp{fmt.Sprintf("removexattr %s %s", p, name), func(s *side) string {
+			return errno(unix.Removexattr(s.path(p), name))
+		}}
+	default:
+		return diffOp{"listxattr " + p, func(s *side) string {
+			x, err := userXattrs(s.path(p))
+			if err != nil {
+				var e syscall.Errno
+				if errors.As(err, &e) {
+					return errno(e)
+				}
+				return err.Error()
+			}
+			return fmt.Sprint(x)
+		}}
+	}
+}

@@ -1,0 +1,27 @@
+// Package e2e holds the end-to-end tests of the wsfs mount. It has no
+// library code: every test builds the wsfs binary once (TestMain), starts
+// `wsfs mount` as a real child process over a fresh host in t.TempDir(), and
+// drives the mount with real system calls and real tools.
+//
+// Every test runs on two targets: "native", a plain directory on the host
+// filesystem, and "wsfs", a live mount. The native run proves the test
+// itself (its model, its comparison) is right; the wsfs run is the check of
+// the filesystem. The wsfs target is skipped, with the reason, when the
+// process is not root, /dev/fuse is missing or the binary does not build.
+//
+// The tests:
+//
+//   - TestDifferential: a seeded random sequence of system calls applied to
+//     the target and to a native directory must give the same results and
+//     the same final tree (seed and op index on mismatch; -e2e.seed replays).
+//   - TestTools*: git, go build, tar/cp -a/diff -r/rm -rf, SQLite in WAL mode
+//     with one writer and concurrent readers.
+//   - TestKill: a workload runs, the daemon is SIGKILLed at a random moment,
+//     the workspace is mounted again and must be a prefix of the workload at
+//     or after its last acknowledged fsync.
+//   - TestRemount: a clean unmount and a new mount give the same tree, byte
+//     for byte.
+//
+// Run: go test -race ./e2e (as root, with /dev/fuse); -short runs fewer kill
+// rounds and smaller trees.
+package e2e

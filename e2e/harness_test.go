@@ -1,0 +1,315 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bounds of every wait on a daemon. None is a performance threshold: each
+// only turns a hang into a failure that says what hung.
+const (
+	readyTimeout   = 30 * time.Second // mount until the ready file appears
+	stopTimeout    = 30 * time.Second // SIGTERM until the daemon exits
+	killTimeout    = 10 * time.Second // SIGKILL until the daemon is reaped
+	commandTimeout = 60 * time.Second // wsfs init / create, umount
+)
+
+// fuseSuperMagic is statfs.f_type of a FUSE mount.
+const fuseSuperMagic = 0x65735546
+
+// kind names a target.
+const (
+	kindNative = "native"
+	kindWsfs   = "wsfs"
+)
+
+// target is the directory a test runs in: a native directory, or the root
+// of a live wsfs mount. remount (wsfs only) unmounts cleanly and mounts the
+// same workspace again, returning the new root.
+type target struct {
+	kind string
+	root string
+	mnt  *mountOpts // wsfs only
+	stop func(kill bool)
+}
+
+// forEachTarget runs fn as subtest "native" and subtest "wsfs". The wsfs
+// subtest is skipped, with the reason, when a mount is not possible here.
+func forEachTarget(t *testing.T, opts mountOpts, fn func(t *testing.T, tg *target)) {
+	t.Run(kindNative, func(t *testing.T) {
+		fn(t, &target{kind: kindNative, root: t.TempDir()})
+	})
+	t.Run(kindWsfs, func(t *testing.T) {
+		o := opts
+		mnt, stop := mountWorkspace(t, &o)
+		fn(t, &target{kind: kindWsfs, root: mnt, mnt: &o, stop: stop})
+	})
+}
+
+// remount unmounts the target cleanly (SIGTERM, exit status 0) and mounts
+// the same workspace again at a new mount point. Native targets stay as
+// they are.
+func (tg *target) remount(t *testing.T) {
+	t.Helper()
+	if tg.kind != kindWsfs {
+		return
+	}
+	tg.stop(false)
+	tg.mnt.mountpoint = ""
+	tg.root, tg.stop = mountWorkspace(t, tg.mnt)
+}
+
+// requireMount skips t unless a wsfs mount can be made here.
+func requireMount(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("wsfs target needs root (go-fuse mounts directly, without fusermount3)")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("wsfs target needs /dev/fuse: %v", err)
+	}
+	if wsfsBuildErr != nil {
+		t.Skipf("wsfs target: the wsfs binary does not build yet: %v", wsfsBuildErr)
+	}
+}
+
+// mountOpts select the host, workspace and daemon flags of a mount.
+// mountWorkspace fills in the fields it chooses, so the same opts mount the
+// same workspace again.
+type mountOpts struct {
+	home       string   // host directory; "" inits a new host in t.TempDir()
+	name       string   // workspace; "" is "ws"
+	mountpoint string   // "" makes a new empty directory in t.TempDir()
+	drain      string   // --drain (entry, syncfs); "" is the default
+	extraArgs  []string // more mount flags
+	created    bool     // the workspace exists (set after `wsfs create`)
+}
+
+// daemon is one `wsfs mount` child process.
+type daemon struct {
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	done   chan struct{} // closed when Wait returned
+	err    error         // Wait's result, valid after done
+}
+
+// mountWorkspace mounts the workspace of opts (initialising the host and
+// creating the workspace the first time) with `wsfs mount` as a real child
+// process and returns the mount point once the ready file exists and the
+// directory is a FUSE mount.
+//
+// stop(false) sends SIGTERM and expects the daemon to commit, unmount and
+// exit 0 within stopTimeout; stop(true) SIGKILLs it. Either way a daemon
+// that does not exit is killed and the mount point lazily unmounted, so a
+// stuck mount never hangs the run. stop is idempotent and registered with
+// t.Cleanup. A data race reported by a -race daemon fails t.
+func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
+	t.Helper()
+	requireMount(t)
+	if opts.home == "" {
+		opts.home = filepath.Join(t.TempDir(), "home")
+		wsfsCommand(t, "init", "--home", opts.home)
+	}
+	if opts.name == "" {
+		opts.name = "ws"
+	}
+	if !opts.created {
+		wsfsCommand(t, "create", "--home", opts.home, opts.name)
+		opts.created = true
+	}
+	if opts.mountpoint == "" {
+		opts.mountpoint = filepath.Join(t.TempDir(), "mnt")
+		if err := os.Mkdir(opts.mountpoint, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mnt := opts.mountpoint
+	ready := filepath.Join(t.TempDir(), "ready")
+	args := []string{"mount", "--home", opts.home, "--ready-file", ready}
+	if opts.drain != "" {
+		args = append(args, "--drain", opts.drain)
+	}
+	args = append(args, opts.extraArgs...)
+	args = append(args, opts.name, mnt)
+
+	d := &daemon{stderr: &lockedBuffer{}, done: make(chan struct{})}
+	d.cmd = exec.Command(wsfsBin, args...)
+	d.cmd.Stdout = d.stderr
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start wsfs %s: %v", strings.Join(args, " "), err)
+	}
+	go func() { d.err = d.cmd.Wait(); close(d.done) }()
+
+	var once sync.Once
+	stop := func(kill bool) {
+		once.Do(func() { d.stop(t, mnt, kill) })
+	}
+	t.Cleanup(func() { stop(false) })
+
+	// Watchdog: if the test is about to hit its deadline (a request stuck
+	// in the daemon), kill the daemon so the kernel aborts the connection
+	// and every blocked system call returns instead of hanging the run.
+	if dl, ok := t.Deadline(); ok {
+		wd := time.AfterFunc(time.Until(dl)-30*time.Second, func() {
+			fmt.Fprintf(os.Stderr, "e2e: %s: deadline near, SIGKILL wsfs daemon of %s\n", t.Name(), mnt)
+			d.cmd.Process.Kill()
+		})
+		t.Cleanup(func() { wd.Stop() })
+	}
+
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("wsfs %s exited before it was ready (%v); stderr:\n%s", strings.Join(args, " "), d.err, d.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop(true)
+			t.Fatalf("wsfs mount: no ready file %s within %v; stderr:\n%s", ready, readyTimeout, d.stderr)
+		}
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(mnt, &st); err != nil || st.Type != fuseSuperMagic {
+		stop(true)
+		t.Fatalf("wsfs mount: ready file written but %s is not a FUSE mount (statfs type %#x, err %v); stderr:\n%s", mnt, st.Type, err, d.stderr)
+	}
+	return mnt, stop
+}
+
+// stop ends the daemon; see mountWorkspace.
+func (d *daemon) stop(t *testing.T, mnt string, kill bool) {
+	sig, bound := syscall.SIGTERM, stopTimeout
+	if kill {
+		sig, bound = syscall.SIGKILL, killTimeout
+	}
+	select {
+	case <-d.done: // already gone: unmounted from outside, or crashed
+		if !kill {
+			t.Errorf("wsfs daemon of %s exited before it was stopped (%v); stderr:\n%s", mnt, d.err, d.stderr)
+		}
+	default:
+		d.cmd.Process.Signal(sig)
+		select {
+		case <-d.done:
+			if !kill && d.err != nil {
+				t.Errorf("wsfs daemon of %s: exit after SIGTERM: %v (want status 0); stderr:\n%s", mnt, d.err, d.stderr)
+			}
+		case <-time.After(bound):
+			t.Errorf("wsfs daemon of %s did not exit within %v of %v; killing it; stderr:\n%s", mnt, bound, sig, d.stderr)
+			d.cmd.Process.Kill()
+			select {
+			case <-d.done:
+			case <-time.After(killTimeout):
+				t.Errorf("wsfs daemon of %s (pid %d) not reaped %v after SIGKILL", mnt, d.cmd.Process.Pid, killTimeout)
+			}
+		}
+	}
+	// After SIGKILL (or a failed clean stop) the mount point is still
+	// attached to a dead connection: detach it.
+	if isFUSEMount(mnt) {
+		if !kill {
+			t.Errorf("wsfs daemon of %s exited but left the mount attached", mnt)
+		}
+		lazyUnmount(t, mnt)
+	}
+	if s := d.stderr.String(); strings.Contains(s, "WARNING: DATA RACE") {
+		t.Errorf("wsfs daemon of %s reported a data race:\n%s", mnt, s)
+	}
+}
+
+// isFUSEMount reports whether dir is (still) the root of a FUSE mount. A
+// dead connection answers ENOTCONN, which counts as mounted.
+func isFUSEMount(dir string) bool {
+	var st unix.Statfs_t
+	err := unix.Statfs(dir, &st)
+	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+		return true
+	}
+	return err == nil && st.Type == fuseSuperMagic
+}
+
+// lazyUnmount detaches mnt (umount -l), bounded by commandTimeout.
+func lazyUnmount(t *testing.T, mnt string) {
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "umount", "-l", mnt).CombinedOutput(); err != nil {
+		t.Errorf("umount -l %s: %v: %s", mnt, err, out)
+	}
+}
+
+// wsfsCommand runs a short wsfs command (init, create) and fails t unless
+// it exits 0 within commandTimeout.
+func wsfsCommand(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, wsfsBin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("wsfs %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// runIn runs name with args in dir with env added to the test's environment,
+// bounded by timeout, and fails t with the command's output unless it exits 0.
+func runIn(t *testing.T, dir string, env []string, timeout time.Duration, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s (in %s): %v (timeout %v)\n%s", name, strings.Join(args, " "), dir, err, timeout, tail(out.String(), 4000))
+	}
+	return out.String()
+}
+
+// tail returns the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}
+
+// lockedBuffer is a bytes.Buffer safe for a child's output and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return tail(b.b.String(), 8000)
+}
