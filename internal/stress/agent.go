@@ -67,14 +67,18 @@ type AgentConfig struct {
 
 // AgentResult is what an agent reports to the harness, as JSON.
 type AgentResult struct {
-	Workspace    int                `json:"workspace"`
-	Files        int                `json:"files"`
-	WallNs       int64              `json:"wall_ns"`
-	PhaseNs      map[string]int64   `json:"phase_ns"`
-	Samples      map[string][]int64 `json:"samples_ns"` // raw latency samples per op kind
-	BytesWritten int64              `json:"bytes_written"`
-	BytesRead    int64              `json:"bytes_read"`
-	Fsyncs       int                `json:"fsyncs"`
+	Workspace int                `json:"workspace"`
+	Files     int                `json:"files"`
+	WallNs    int64              `json:"wall_ns"`
+	PhaseNs   map[string]int64   `json:"phase_ns"`
+	Samples   map[string][]int64 `json:"samples_ns,omitempty"` // raw latency samples per op kind
+	// Latency summarises Samples; the harness fills it in and keeps only
+	// the summaries in results.json (the raw samples stay in the agent's
+	// result file under OUT/logs).
+	Latency      map[string]LatencySummary `json:"latency,omitempty"`
+	BytesWritten int64                     `json:"bytes_written"`
+	BytesRead    int64                     `json:"bytes_read"`
+	Fsyncs       int                       `json:"fsyncs"`
 	// Verified is true only when every byte read back matched and the final
 	// tree equalled the model.
 	Verified bool   `json:"verified"`

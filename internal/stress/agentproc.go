@@ -17,7 +17,7 @@ import (
 // The agent process protocol, over the agent's stdin and stdout:
 //
 //	agent -> harness  "ready\n"                        prepared, waiting for the start signal
-//	harness -> agent  any line (or EOF)                start now
+//	harness -> agent  any line                         start now (EOF instead: exit without running)
 //	agent -> harness  "progress <phase> <done> <total>\n" at most every progressInterval, and at phase ends
 //	agent -> harness  "done\n"                          result file written
 //
@@ -65,9 +65,10 @@ func RunAgentProcess(ctx context.Context, cfg AgentConfig, resultPath string, st
 	defer a.Close()
 	say(msgReady)
 	if stdin != nil {
-		// Any line, or EOF, starts the run.
-		if _, err := bufio.NewReader(stdin).ReadString('\n'); err != nil && err != io.EOF {
-			return fmt.Errorf("agent: waiting for start: %w", err)
+		// A line starts the run; EOF before it means the harness gave up
+		// (another workspace failed to get ready) and the agent leaves.
+		if _, err := bufio.NewReader(stdin).ReadString('\n'); err != nil {
+			return fmt.Errorf("agent: no start signal on stdin: %w", err)
 		}
 	}
 	res, runErr := a.Run(ctx)

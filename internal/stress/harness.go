@@ -37,9 +37,10 @@ const (
 
 // Timeouts of the harness's own waits.
 const (
-	readyTimeout  = 60 * time.Second // daemon mounted / agent prepared
-	stopGrace     = 120 * time.Second
-	neighbourWarm = 3 * time.Second // head start so neighbours have dirtied gigabytes
+	readyTimeout   = 60 * time.Second // daemon mounted / agent prepared
+	stopGrace      = 120 * time.Second
+	neighbourWarm  = 3 * time.Second // head start so neighbours have dirtied gigabytes
+	agentKillGrace = 10 * time.Second
 )
 
 // Options configure a stress run.
@@ -576,11 +577,19 @@ func startAgent(ctx context.Context, opts Options, i, fsyncEvery int, s workspac
 			}
 		}
 	}()
-	// Stop the agent if the harness is interrupted.
+	// Stop the agent if the harness is interrupted; kill it if it does not
+	// stop (an agent blocked on a hung FUSE mount ignores SIGTERM until its
+	// request returns, but SIGKILL aborts the request).
 	go func() {
 		select {
 		case <-ctx.Done():
 			p.signal(syscall.SIGTERM)
+		case <-p.done:
+			return
+		}
+		select {
+		case <-time.After(agentKillGrace):
+			p.signal(syscall.SIGKILL)
 		case <-p.done:
 		}
 	}()

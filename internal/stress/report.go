@@ -364,7 +364,7 @@ func writeBench(path string, res *Results) error {
 // writeOutputs writes results.json, report.md, bench.txt, the plots, and the
 // table on stdout.
 func writeOutputs(opts Options, res *Results) error {
-	if err := writeJSONFile(filepath.Join(opts.Out, "results.json"), res); err != nil {
+	if err := writeJSONFile(filepath.Join(opts.Out, "results.json"), compactResults(res)); err != nil {
 		return fmt.Errorf("results.json: %w", err)
 	}
 	if err := writeReport(filepath.Join(opts.Out, "report.md"), res); err != nil {
@@ -389,4 +389,27 @@ func writeOutputs(opts Options, res *Results) error {
 			filepath.Join(opts.Out, "fsync_p99.png")}, ", "))
 	}
 	return nil
+}
+
+// compactResults returns a copy of res for results.json: each agent's raw
+// samples are replaced by their percentiles, which keeps the file small at
+// 21 workspaces of the seed profile.
+func compactResults(res *Results) *Results {
+	c := *res
+	c.Runs = nil
+	for _, r := range res.Runs {
+		rc := *r
+		rc.Agents = nil
+		for _, a := range r.Agents {
+			ac := *a
+			ac.Latency = map[string]LatencySummary{}
+			for k, s := range a.Samples {
+				ac.Latency[k] = SummarizeLatency(s)
+			}
+			ac.Samples = nil
+			rc.Agents = append(rc.Agents, &ac)
+		}
+		c.Runs = append(c.Runs, &rc)
+	}
+	return &c
 }

@@ -15,7 +15,7 @@ func fakeRun(arm string, ws, nb int, wall float64, readMs int64) *RunResult {
 	r := &RunResult{Arm: arm, Workspaces: ws, Neighbours: nb, Repeat: 1, Host: HostSummary{PeakDirtyMB: 10 * float64(ws)}}
 	for i := range ws {
 		r.Agents = append(r.Agents, &AgentResult{
-			Workspace: i, WallNs: int64(wall * 1e9) * int64(i+1), BytesWritten: 100e6, BytesRead: 50e6, Verified: true,
+			Workspace: i, WallNs: int64(wall*1e9) * int64(i+1), BytesWritten: 100e6, BytesRead: 50e6, Verified: true,
 			Samples: map[string][]int64{
 				OpWrite: {1e6, 2e6, 3e6},
 				OpRead:  {readMs * 1e6},
@@ -116,7 +116,7 @@ func TestEvaluateTargets(t *testing.T) {
 func TestWriteOutputs(t *testing.T) {
 	dir := t.TempDir()
 	res := &Results{Command: "wsfs stress --profile tiny", Profile: "tiny", Layout: LayoutShared,
-		Runs: []*RunResult{fakeRun(ArmNative, 1, 0, 1, 1), fakeRun(ArmNative, 2, 0, 1, 1), fakeRun(ArmNativeFsync, 1, 0, 3, 1)},
+		Runs:   []*RunResult{fakeRun(ArmNative, 1, 0, 1, 1), fakeRun(ArmNative, 2, 0, 1, 1), fakeRun(ArmNativeFsync, 1, 0, 3, 1)},
 		NotRun: []NotRun{{Arm: ArmWsfs, Reason: "no mount command"}}}
 	res.Summary = Summarize(res.Runs)
 	res.Targets = EvaluateTargets(res.Summary)
