@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,9 +22,10 @@ import (
 // These tests run the committer over the real segment log and content pool
 // on the crashable in-memory FS, and check what a crash would leave.
 
+// Under a root directory: the log and the pool (MemFS tests use "/").
 const (
-	itLogDir  = "/state/log"
-	itPoolDir = "/pool"
+	itLogDir  = "state/log"
+	itPoolDir = "pool"
 )
 
 // workload is a sequence of records, a third of them referencing a pool
@@ -67,9 +69,9 @@ type recovered struct {
 // recoverState opens the log and the pool of a crash clone, replays the log,
 // and checks that every object a recovered record references reads back
 // verified with the content that was written.
-func recoverState(fsys vfs.FS, content map[pool.ID][]byte) (recovered, error) {
+func recoverState(fsys vfs.FS, root string, content map[pool.ID][]byte) (recovered, error) {
 	var r recovered
-	l, err := seglog.Open(fsys, itLogDir, seglog.Options{})
+	l, err := seglog.Open(fsys, filepath.Join(root, itLogDir), seglog.Options{})
 	if err != nil {
 		return r, fmt.Errorf("open log: %w", err)
 	}
@@ -82,7 +84,7 @@ func recoverState(fsys vfs.FS, content map[pool.ID][]byte) (recovered, error) {
 	}); err != nil {
 		return r, fmt.Errorf("replay: %w", err)
 	}
-	p, err := pool.Open(fsys, itPoolDir, pool.Options{})
+	p, err := pool.Open(fsys, filepath.Join(root, itPoolDir), pool.Options{})
 	if err != nil {
 		return r, fmt.Errorf("open pool: %w", err)
 	}
@@ -122,13 +124,13 @@ func checkPrefix(got, want []string, acked int) error {
 	return nil
 }
 
-func openReal(t *testing.T, fsys vfs.FS) (*seglog.Log, *pool.Pool) {
+func openReal(t *testing.T, fsys vfs.FS, root string) (*seglog.Log, *pool.Pool) {
 	t.Helper()
-	p, err := pool.Open(fsys, itPoolDir, pool.Options{})
+	p, err := pool.Open(fsys, filepath.Join(root, itPoolDir), pool.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := seglog.Open(fsys, itLogDir, seglog.Options{SegmentSize: 8 << 10})
+	l, err := seglog.Open(fsys, filepath.Join(root, itLogDir), seglog.Options{SegmentSize: 8 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func TestCrashAfterBarrier(t *testing.T) {
 	for _, drain := range []Drain{DrainEntry, DrainSyncFS} {
 		t.Run(drain.String(), func(t *testing.T) {
 			mem := vfs.NewCrashableMem()
-			l, p := openReal(t, mem)
+			l, p := openReal(t, mem, "/")
 			w := &workload{content: make(map[pool.ID][]byte)}
 
 			var acked atomic.Int64 // records acknowledged by a Barrier
@@ -171,7 +173,7 @@ func TestCrashAfterBarrier(t *testing.T) {
 				MaxRecords:  7,
 				Window:      time.Millisecond,
 				Drain:       drain,
-				StateSyncFS: func() error { return mem.SyncFS(itLogDir) },
+				StateSyncFS: func() error { return mem.SyncFS("/" + itLogDir) },
 				Logger:      slog.New(slog.DiscardHandler),
 			})
 			const n = 120
@@ -194,7 +196,7 @@ func TestCrashAfterBarrier(t *testing.T) {
 			acked.Store(n)
 			mem.SetHook(nil)
 
-			final, err := recoverState(mem.CrashClone(), w.content)
+			final, err := recoverState(mem.CrashClone(), "/", w.content)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,7 +208,7 @@ func TestCrashAfterBarrier(t *testing.T) {
 				t.Fatalf("only %d crash images taken", len(images))
 			}
 			for i, img := range images {
-				r, err := recoverState(img.fs, w.content)
+				r, err := recoverState(img.fs, "/", w.content)
 				if err == nil {
 					err = checkPrefix(r.records, w.records, img.acked)
 				}
@@ -229,7 +231,7 @@ func TestObjectSyncFailureRepublishes(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	rule := errorfs.OnNth(vfs.OpSyncData, "/pool/objects/", 1, syscall.EIO)
 	fsys := errorfs.Wrap(mem, rule)
-	l, p := openReal(t, fsys)
+	l, p := openReal(t, fsys, "/")
 	w := &workload{content: make(map[pool.ID][]byte)}
 	out := &lockedBuffer{}
 	c := New(l, p, Options{Window: time.Hour, Logger: slog.New(slog.NewTextHandler(out, nil))})
@@ -254,7 +256,7 @@ func TestObjectSyncFailureRepublishes(t *testing.T) {
 		t.Fatalf("fault injected %d times; want 1", rule.Injected())
 	}
 	mustBarrier(t, c)
-	r, err := recoverState(mem.CrashClone(), w.content)
+	r, err := recoverState(mem.CrashClone(), "/", w.content)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +279,7 @@ func TestLogSyncFailureIsFinal(t *testing.T) {
 		}
 		return nil
 	}))
-	l, p := openReal(t, fsys)
+	l, p := openReal(t, fsys, "/")
 	w := &workload{content: make(map[pool.ID][]byte)}
 	c := New(l, p, Options{Window: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 
@@ -299,11 +301,50 @@ func TestLogSyncFailureIsFinal(t *testing.T) {
 	if n := failedSyncs.Load(); n != 1 {
 		t.Fatalf("the log sync was attempted %d times after the fault; want 1 (no retry)", n)
 	}
-	r, err := recoverState(mem.CrashClone(), w.content)
+	r, err := recoverState(mem.CrashClone(), "/", w.content)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := checkPrefix(r.records, w.records, 1); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRealDisk runs both drains over the real log and pool on the OS file
+// system (vfs.Default) and reads everything back after Close. It cannot
+// crash the machine; it checks that the OS paths (fdatasync of objects and
+// directories, syncfs) work end to end.
+func TestRealDisk(t *testing.T) {
+	for _, drain := range []Drain{DrainEntry, DrainSyncFS} {
+		t.Run(drain.String(), func(t *testing.T) {
+			root := t.TempDir()
+			fsys := vfs.Default
+			l, p := openReal(t, fsys, root)
+			w := &workload{content: make(map[pool.ID][]byte)}
+			c := New(l, p, Options{
+				MaxRecords:  8,
+				Window:      time.Millisecond,
+				Drain:       drain,
+				StateSyncFS: func() error { return fsys.SyncFS(filepath.Join(root, itLogDir)) },
+				Logger:      slog.New(slog.DiscardHandler),
+			})
+			for i := range 40 {
+				mustEnqueue(t, c, w.put(t, p, i))
+				if i%16 == 15 {
+					mustBarrier(t, c)
+				}
+			}
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := recoverState(fsys, root, w.content)
+			if err != nil {
+				t.Fatal(err)
+			}
+			equal(t, "records", r.records, w.records)
+		})
 	}
 }
