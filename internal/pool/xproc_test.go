@@ -193,8 +193,9 @@ func TestCrossProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != kills+2 {
-		t.Fatalf("%d references files, want %d (one per child incarnation)", len(files), kills+2)
+	// One file per incarnation, except those killed before creating it.
+	if len(files) == 0 || len(files) > kills+2 {
+		t.Fatalf("%d references files, want 1 to %d (one per child incarnation)", len(files), kills+2)
 	}
 	var total, dedups, checked int
 	seen := make(map[ID]bool)
