@@ -81,7 +81,7 @@ func requireMount(t *testing.T) {
 		t.Skipf("wsfs target needs /dev/fuse: %v", err)
 	}
 	if wsfsBuildErr != nil {
-		t.Skipf("wsfs target: the wsfs binary does not build yet: %v", wsfsBuildErr)
+		t.Skipf("wsfs target unavailable: %v", wsfsBuildErr)
 	}
 }
 
