@@ -48,6 +48,9 @@ type SyncError struct {
 	// Republish lists the objects that must be republished: those whose
 	// SyncData failed and those whose publication directory failed to sync.
 	Republish []ID
+	// Missing lists the objects that do not exist (each also has a
+	// *MissingObjectError in Errs): their content must be Put again.
+	Missing []ID
 	// Errs holds one error per failed step, each naming its object or
 	// directory.
 	Errs []error
@@ -57,6 +60,9 @@ func (e *SyncError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool: drain failed (%d step(s)); the objects are not durable: "+
 		"call Republish on %d object(s) before retrying the group", len(e.Errs), len(e.Republish))
+	if len(e.Missing) > 0 {
+		fmt.Fprintf(&b, "; %d object(s) are missing and must be Put again", len(e.Missing))
+	}
 	for _, err := range e.Errs {
 		b.WriteString("; ")
 		b.WriteString(err.Error())

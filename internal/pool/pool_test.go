@@ -306,8 +306,8 @@ func TestMissingObject(t *testing.T) {
 				}
 			}
 			var se *SyncError
-			if err := p.SyncObjects([]ID{id}, 1); !errors.As(err, &se) || len(se.Republish) != 0 {
-				t.Errorf("SyncObjects of a missing object: %v; want a SyncError with nothing to republish", err)
+			if err := p.SyncObjects([]ID{id}, 1); !errors.As(err, &se) || len(se.Republish) != 0 || len(se.Missing) != 1 || se.Missing[0] != id {
+				t.Errorf("SyncObjects of a missing object: %v; want a SyncError listing it as missing, with nothing to republish", err)
 			}
 		})
 	}

@@ -41,8 +41,8 @@ const DefaultSyncParallel = 16
 // On success every object in ids is durable. On any failure SyncObjects
 // returns a *SyncError naming each failed object or directory and listing
 // the objects to Republish, and marks nothing durable. A missing object is
-// reported as a *MissingObjectError inside the SyncError (Republish cannot
-// help it: the content must be Put again).
+// listed in SyncError.Missing, with a *MissingObjectError in its Errs
+// (Republish cannot help it: the content must be Put again).
 func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 	if parallel < 1 {
 		parallel = DefaultSyncParallel
@@ -74,8 +74,9 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 			continue
 		}
 		se.Errs = append(se.Errs, err)
-		var missing *MissingObjectError
-		if !errors.As(err, &missing) {
+		if errors.As(err, new(*MissingObjectError)) {
+			se.Missing = append(se.Missing, todo[i])
+		} else {
 			se.Republish = append(se.Republish, todo[i])
 		}
 	}
