@@ -28,6 +28,11 @@ var quiet = slog.New(slog.DiscardHandler)
 
 func newEnv(t *testing.T, fs vfs.FS, root string) *env {
 	t.Helper()
+	// The host directory is made durable first, as host setup does: the
+	// pool syncs only its own directory.
+	if err := mkdirDurable(fs, filepath.Join(root, "pool")); err != nil {
+		t.Fatal(err)
+	}
 	p, err := pool.Open(fs, filepath.Join(root, "pool"), pool.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -256,7 +257,7 @@ func Open(opts Options) (*Workspace, error) {
 	}
 	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock,
 		lg: opts.Logger.With("workspace", opts.Dir)}
-	if err := w.fs.MkdirAll(opts.Dir, 0o755); err != nil {
+	if err := mkdirDurable(w.fs, opts.Dir); err != nil {
 		return nil, fmt.Errorf("workspace: create %s: %w", opts.Dir, err)
 	}
 	lockPath := filepath.Join(opts.Dir, "lock")
@@ -291,8 +292,11 @@ func Open(opts Options) (*Workspace, error) {
 		}
 		w.mu.ckptGrp = ckGroup
 	} else {
-		w.tree = namespace.New(0o755, 0, 0, 0)
-		w.shadow = namespace.New(0o755, 0, 0, 0)
+		// The root of a new workspace belongs to the daemon's user; the
+		// first record (below) says so durably, with its times.
+		uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+		w.tree = namespace.New(0o755, uid, gid, 0)
+		w.shadow = namespace.New(0o755, uid, gid, 0)
 	}
 	w.log, err = seglog.Open(w.fs, filepath.Join(opts.Dir, "log"), seglog.Options{SegmentSize: opts.SegmentSize, Logger: w.lg})
 	if err != nil {
@@ -345,6 +349,37 @@ func Open(opts Options) (*Workspace, error) {
 		}
 	}
 	return w, nil
+}
+
+// mkdirDurable creates dir and its missing parents and syncs the parent of
+// each directory it created, so that the new chain survives a crash
+// (MkdirAll alone syncs nothing, and a workspace whose directory entry is
+// lost loses every synced group in it).
+func mkdirDurable(fsys vfs.FS, dir string) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range missing {
+		if err := vfs.SyncDir(fsys, filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *Workspace) ckptDir() string { return filepath.Join(w.opts.Dir, "checkpoint") }
