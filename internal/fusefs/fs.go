@@ -360,22 +360,25 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 	if err != nil {
 		return r.status("create", err)
 	}
-	flags := int(in.Flags) &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC | syscall.O_NOCTTY)
+	flags := r.openFlags(in.Flags &^ syscall.O_TRUNC)
 	h, err := r.ws.OpenFile(a.Ino, flags)
 	if err != nil {
 		// The kernel will not learn of the node: give back its lookup.
 		r.ws.Forget(a.Ino, 1)
 		return r.status("create", err)
 	}
+	if err := r.finishOpen(a.Ino, flags, h, &a, &out.OpenOut); err != nil {
+		r.ws.Forget(a.Ino, 1)
+		return r.status("create", err)
+	}
 	r.fillEntry(&a, &out.EntryOut)
-	r.finishOpen(a.Ino, flags, h, &a, &out.OpenOut)
 	return fuse.OK
 }
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) (st fuse.Status) {
 	defer r.done(opOpen, time.Now(), &st)
 	ino := workspace.Ino(in.NodeId)
-	flags := int(in.Flags) &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_NOCTTY)
+	flags := r.openFlags(in.Flags)
 	h, err := r.ws.OpenFile(ino, flags)
 	if err != nil {
 		return r.status("open", err)
@@ -385,17 +388,39 @@ func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 		h.Release()
 		return r.status("open", err)
 	}
-	r.finishOpen(ino, flags, h, &a, out)
-	return fuse.OK
+	return r.status("open", r.finishOpen(ino, flags, h, &a, out))
 }
 
-// finishOpen registers the handle and chooses its I/O mode (see inodeIO).
-func (r *rawFS) finishOpen(ino workspace.Ino, flags int, h *workspace.Handle, a *workspace.Attr, out *fuse.OpenOut) {
+// openFlags turns the kernel's open flags into the engine's.
+//
+// O_APPEND is dropped: the kernel computes the offset of every append write
+// itself (it owns i_size, since all writes pass through it), and with the
+// writeback cache it sends pages of an O_APPEND file at their real offsets,
+// which an appending handle would misplace. With the writeback cache the
+// kernel also reads pages to fill partial writes, so write-only opens are
+// made read-write (as libfuse's passthrough_ll does).
+func (r *rawFS) openFlags(kflags uint32) int {
+	flags := int(kflags) &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_NOCTTY | syscall.O_APPEND)
+	if r.opts.Writeback && flags&syscall.O_ACCMODE == syscall.O_WRONLY {
+		flags = flags&^syscall.O_ACCMODE | syscall.O_RDWR
+	}
+	return flags
+}
+
+// finishOpen chooses the handle's I/O mode (see inodeIO) and registers it,
+// or releases it if the open is refused.
+func (r *rawFS) finishOpen(ino workspace.Ino, flags int, h *workspace.Handle, a *workspace.Attr, out *fuse.OpenOut) error {
 	of := &openFile{ino: ino, h: h}
-	r.chooseIO(of, flags, a, out)
+	if err := r.chooseIO(of, flags, a, out); err != nil {
+		if rerr := h.Release(); rerr != nil {
+			r.log.Warn("release of a refused open", "ino", ino, "err", rerr)
+		}
+		return err
+	}
 	fh := r.nextFh.Add(1)
 	r.files.Store(fh, of)
 	out.Fh = fh
+	return nil
 }
 
 func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (res fuse.ReadResult, st fuse.Status) {

@@ -19,27 +19,24 @@ const (
 	// ioPassthrough: the kernel reads the pool object directly
 	// (FOPEN_PASSTHROUGH with a registered backing file).
 	ioPassthrough
-	// ioDirect: FOPEN_DIRECT_IO, every read and write goes to the daemon.
-	// Used only for opens of an inode that is in passthrough mode, where
-	// the kernel refuses a cached open (ETXTBSY, seen by the caller as EIO).
-	ioDirect
 )
 
 // inodeIO is the I/O state of one inode, guarded by rawFS.ioMu.
 //
 // The kernel (fs/fuse/iomode.c) puts an inode either in caching mode (any
 // open without FOPEN_DIRECT_IO or FOPEN_PASSTHROUGH) or in passthrough mode,
-// never both, and all passthrough opens of an inode must use the same backing
-// file. The rules below keep to that:
+// never both; while an inode has a backing file every open of it must be a
+// passthrough open of that same backing file (otherwise the kernel fails
+// the open with EIO). The rules below keep to that:
 //
 //   - A read-only open of a file whose content is one pool object gets
 //     passthrough when the inode has no cached open; opens that find the
 //     same object share one backing id (registered on the first, released
 //     on the last).
-//   - Any other open of an inode in passthrough mode gets FOPEN_DIRECT_IO.
-//     Known limitation: a passthrough reader keeps reading the object it
-//     opened, so it does not see writes made through such a direct-I/O
-//     handle while it stays open (the next open sees them).
+//   - Any other open of an inode in passthrough mode (a writer, or a reader
+//     after a truncate changed the content) fails with ETXTBSY, the errno
+//     for "file busy in a way that forbids this open". This is why
+//     passthrough is off by default (Options.Passthrough).
 //   - Otherwise the open is cached, and keeps the kernel's page cache
 //     (FOPEN_KEEP_CACHE) when the size and mtime are those seen at the
 //     previous open: the cache can only hold what this kernel read or
@@ -47,7 +44,7 @@ const (
 //
 // The kernel drops an open's I/O mode before it sends RELEASE, so counting
 // at OPEN and RELEASE is conservative: a stale count can only make an open
-// choose a slower mode, never an incompatible one.
+// choose a slower mode or fail with ETXTBSY, never reach the kernel's EIO.
 type inodeIO struct {
 	cached      int   // open handles in ioCached mode
 	passthrough int   // open handles in ioPassthrough mode
@@ -64,7 +61,9 @@ type cacheStamp struct {
 	mtime int64
 }
 
-func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.OpenOut) {
+// chooseIO sets of.mode and the open flags, or refuses the open with
+// ETXTBSY (see inodeIO).
+func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.OpenOut) error {
 	r.ioMu.Lock()
 	defer r.ioMu.Unlock()
 	st := r.ioMu.inodes[of.ino]
@@ -73,12 +72,10 @@ func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.O
 		r.ioMu.inodes[of.ino] = st
 	}
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && st.cached == 0 && r.tryPassthrough(of, st, out) {
-		return
+		return nil
 	}
 	if st.passthrough > 0 {
-		of.mode = ioDirect
-		out.OpenFlags |= fuse.FOPEN_DIRECT_IO
-		return
+		return syscall.ETXTBSY
 	}
 	of.mode = ioCached
 	st.cached++
@@ -87,6 +84,7 @@ func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.O
 		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
 	}
 	st.stamp, st.haveStamp = now, true
+	return nil
 }
 
 // tryPassthrough gives the open a backing file if the handle has one and the
@@ -96,7 +94,13 @@ func (r *rawFS) tryPassthrough(of *openFile, st *inodeIO, out *fuse.OpenOut) boo
 		return false
 	}
 	f, ok := of.h.ObjectFile()
-	if !ok || f.Fd() == ^uintptr(0) {
+	if !ok {
+		return false
+	}
+	// The kernel takes its own reference to the backing file at
+	// registration; ours is not needed afterwards.
+	defer f.Close()
+	if f.Fd() == ^uintptr(0) {
 		return false
 	}
 	var s unix.Stat_t

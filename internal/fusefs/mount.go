@@ -63,6 +63,9 @@ type Options struct {
 	// Passthrough lets the kernel read whole-object files directly from the
 	// pool (read-only opens only). Needs root and kernel support; the
 	// adapter falls back to reads through the daemon if the kernel refuses.
+	// Off by default: while a file is open for passthrough reading, the
+	// kernel allows no other kind of open of it, so opening it for writing
+	// fails with ETXTBSY until the readers close it (see inodeIO).
 	Passthrough bool
 	// MaxBackground is the kernel's limit on asynchronous requests
 	// (readahead, writeback) in flight (default 64).
@@ -98,6 +101,7 @@ func (o *Options) setDefaults() {
 // Server is a mounted workspace.
 type Server struct {
 	srv        *fuse.Server
+	fs         *rawFS
 	ws         *workspace.Workspace
 	mountpoint string
 	log        *slog.Logger
@@ -162,7 +166,7 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mp, err)
 	}
-	s := &Server{srv: srv, ws: ws, mountpoint: mp, log: opts.Logger, served: make(chan struct{})}
+	s := &Server{srv: srv, fs: r, ws: ws, mountpoint: mp, log: opts.Logger, served: make(chan struct{})}
 	go func() {
 		defer close(s.served)
 		srv.Serve()
