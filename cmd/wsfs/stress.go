@@ -82,7 +82,12 @@ run (the others' results are still written).`)
 	switch *layout {
 	case stress.LayoutShared:
 	case stress.LayoutDedicated:
-		return preconditionError{fmt.Errorf("--layout dedicated is not implemented yet: it needs `wsfs layout` (internal/layout), which has not landed; use --layout shared")}
+		if _, ok := commands["layout"]; !ok {
+			return preconditionError{fmt.Errorf("--layout dedicated needs the `wsfs layout` command, which this binary lacks; use --layout shared")}
+		}
+		if os.Geteuid() != 0 {
+			return preconditionError{fmt.Errorf("--layout dedicated builds loop-backed filesystems and needs root; use --layout shared")}
+		}
 	default:
 		return usageError{fmt.Sprintf("--layout %q: allowed values are shared, dedicated", *layout)}
 	}

@@ -29,7 +29,20 @@ const (
 // AllArms lists every arm in the order a run executes them.
 var AllArms = []string{ArmNative, ArmNativeFsync, ArmLoopback, ArmWsfs, ArmWsfsSyncfs}
 
-// Layouts accepted by --layout. Only LayoutShared is implemented.
+// Layouts accepted by --layout.
+//
+// shared: everything (trees, wsfs state and pool, agent state, neighbours) on
+// the filesystem holding --out.
+//
+// dedicated: every run builds the layout of `wsfs layout create` under its
+// own host directory: one loop-backed ext4 filesystem for state and one for
+// the pool, direct I/O on. wsfs arms use it as wsfs does; the native and
+// loopback arms keep their trees on the pool filesystem and their agent
+// state on the state filesystem, so every arm is measured on the same
+// storage. Noisy neighbours stay on the filesystem of --out (they are the
+// unrelated tenants the layout shields from), and the host sampler keeps
+// watching the device under --out, which backs the loop images. The layout
+// is destroyed after the run.
 const (
 	LayoutShared    = "shared"
 	LayoutDedicated = "dedicated"
@@ -54,8 +67,8 @@ type Options struct {
 	Repeat         int
 	Seed           int64
 	Out            string // output directory; data lives under Out/runs and is removed after each run
-	Layout         string
-	Keep           bool // keep each run's data
+	Layout         string // LayoutShared or LayoutDedicated (needs root and `wsfs layout`)
+	Keep           bool   // keep each run's data
 	// Unavailable maps an arm to why it cannot run in this binary or on
 	// this host (for example the wsfs mount command is not built in). Such
 	// arms are reported as not run and never produce numbers.
@@ -136,8 +149,14 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if opts.SysRoot == "" {
 		opts.SysRoot = "/sys"
 	}
-	if opts.Layout != LayoutShared {
-		return nil, fmt.Errorf("--layout %s is not implemented by wsfs stress yet (it needs internal/layout and `wsfs layout`); use --layout %s", opts.Layout, LayoutShared)
+	switch opts.Layout {
+	case LayoutShared:
+	case LayoutDedicated:
+		if os.Geteuid() != 0 {
+			return nil, fmt.Errorf("--layout dedicated builds loop-backed filesystems and needs root")
+		}
+	default:
+		return nil, fmt.Errorf("--layout %q: allowed values are %s, %s", opts.Layout, LayoutShared, LayoutDedicated)
 	}
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("output directory: %w", err)
@@ -284,6 +303,7 @@ func runOne(ctx context.Context, opts Options, disp display, label, arm string, 
 	}
 	var daemons []*proc
 	var mounts []string
+	home := filepath.Join(runDir, "home")
 	defer func() {
 		// Daemons stop last: a wsfs daemon commits and unmounts on SIGTERM
 		// and must exit 0, or the run failed.
@@ -300,6 +320,15 @@ func runOne(ctx context.Context, opts Options, disp display, label, arm string, 
 				}
 			}
 		}
+		if opts.Layout == LayoutDedicated {
+			// Destroy unmounts and removes the images; it refuses while a
+			// daemon holds a workspace, which the stops above prevent.
+			if _, err := os.Stat(filepath.Join(home, "layout", "layout.json")); err == nil {
+				if err := runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "layout", "destroy", "--home", home); err != nil {
+					fail("%v", err)
+				}
+			}
+		}
 		if !opts.Keep {
 			if err := os.RemoveAll(runDir); err != nil {
 				fail("remove run data: %v", err)
@@ -309,7 +338,7 @@ func runOne(ctx context.Context, opts Options, disp display, label, arm string, 
 	}()
 
 	// 1. The servers.
-	setups, ds, ms, err := setupArm(opts, arm, n, runDir, logDir)
+	setups, ds, ms, err := setupArm(opts, arm, n, runDir, home, logDir)
 	daemons, mounts = ds, ms
 	if err != nil {
 		fail("set up %s: %v", arm, err)
@@ -427,30 +456,41 @@ func runOne(ctx context.Context, opts Options, disp display, label, arm string, 
 // setupArm prepares the trees (and daemons, for the FUSE arms) of n
 // workspaces. It returns the daemons and mounts it started even on error,
 // so the caller can stop them.
-func setupArm(opts Options, arm string, n int, runDir, logDir string) ([]workspaceSetup, []*proc, []string, error) {
+func setupArm(opts Options, arm string, n int, runDir, home, logDir string) ([]workspaceSetup, []*proc, []string, error) {
 	var setups []workspaceSetup
 	var daemons []*proc
 	var mounts []string
-	ws := func(i int) string { return filepath.Join(runDir, fmt.Sprintf("ws-%d", i)) }
+	// data(i) holds workspace i's tree (native) or loopback source; state(i)
+	// its agent state database, outside the measured tree.
+	data := func(i int) string { return filepath.Join(runDir, fmt.Sprintf("ws-%d", i)) }
+	state := func(i int) string { return filepath.Join(runDir, fmt.Sprintf("ws-%d", i), "agent", "state.db") }
+	if opts.Layout == LayoutDedicated {
+		if err := createLayout(opts, n, home, logDir); err != nil {
+			return nil, nil, nil, err
+		}
+		data = func(i int) string { return filepath.Join(home, "pool", arm, fmt.Sprintf("ws-%d", i)) }
+		state = func(i int) string {
+			return filepath.Join(home, "state", "workspaces", fmt.Sprintf("ws-%d", i), "agent", "state.db")
+		}
+	}
 	switch arm {
 	case ArmNative, ArmNativeFsync:
 		for i := range n {
-			tree := filepath.Join(ws(i), "tree")
+			tree := filepath.Join(data(i), "tree")
 			if err := os.MkdirAll(tree, 0o755); err != nil {
 				return nil, nil, nil, err
 			}
-			// The agent state lives beside the tree, outside what is measured.
-			setups = append(setups, workspaceSetup{tree: tree, state: filepath.Join(ws(i), "agent", "state.db")})
+			setups = append(setups, workspaceSetup{tree: tree, state: state(i)})
 		}
 	case ArmLoopback:
 		for i := range n {
-			src, mnt := filepath.Join(ws(i), "src"), filepath.Join(ws(i), "mnt")
+			src, mnt := filepath.Join(data(i), "src"), filepath.Join(runDir, "mnt", fmt.Sprintf("ws-%d", i))
 			for _, d := range []string{src, mnt} {
 				if err := os.MkdirAll(d, 0o755); err != nil {
 					return nil, daemons, mounts, err
 				}
 			}
-			readyFile := filepath.Join(ws(i), "ready")
+			readyFile := filepath.Join(runDir, fmt.Sprintf("ws-%d.ready", i))
 			p, err := startProc(fmt.Sprintf("loopback daemon %d", i), opts.Exe,
 				[]string{"loopback", "--ready-file", readyFile, src, mnt}, nil,
 				filepath.Join(logDir, fmt.Sprintf("daemon-%d.log", i)), nil)
@@ -461,16 +501,17 @@ func setupArm(opts Options, arm string, n int, runDir, logDir string) ([]workspa
 			if err := waitReady(p, readyFile, readyTimeout); err != nil {
 				return nil, daemons, mounts, err
 			}
-			setups = append(setups, workspaceSetup{tree: mnt, state: filepath.Join(ws(i), "agent", "state.db"), daemon: p, mnt: mnt})
+			setups = append(setups, workspaceSetup{tree: mnt, state: state(i), daemon: p, mnt: mnt})
 		}
 	case ArmWsfs, ArmWsfsSyncfs:
 		drain := "entry"
 		if arm == ArmWsfsSyncfs {
 			drain = "syncfs"
 		}
-		home := filepath.Join(runDir, "home")
-		if err := runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "init", "--home", home); err != nil {
-			return nil, nil, nil, err
+		if opts.Layout != LayoutDedicated { // layout create has made the host
+			if err := runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "init", "--home", home); err != nil {
+				return nil, nil, nil, err
+			}
 		}
 		for i := range n {
 			name := fmt.Sprintf("ws-%d", i)
@@ -499,6 +540,15 @@ func setupArm(opts Options, arm string, n int, runDir, logDir string) ([]workspa
 		return nil, nil, nil, fmt.Errorf("unknown arm %q", arm)
 	}
 	return setups, daemons, mounts, nil
+}
+
+// createLayout builds the dedicated layout for one run under home. The
+// images are sparse, so generous sizes cost nothing: the pool holds three
+// times the run's data (overwrites leave garbage until GC), the state 4 GiB.
+func createLayout(opts Options, n int, home, logDir string) error {
+	pool := max(int64(16)<<30, 3*int64(n)*opts.Profile.Bytes)
+	return runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "layout", "create", "--home", home,
+		"--state-size", "4G", "--pool-size", fmt.Sprintf("%dM", pool>>20))
 }
 
 // runTool runs a short wsfs command (init, create) to completion.
