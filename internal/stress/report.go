@@ -299,6 +299,12 @@ func writeReport(path string, res *Results) error {
 		res.Profile, res.Files, float64(res.Bytes)/1e6, res.Seed, res.Layout)
 	fmt.Fprintf(&b, "Host: Linux %s, %d CPUs, %d MB memory, root=%v. Device under the output directory: %s.\n\n",
 		res.Host.Kernel, res.Host.CPUs, res.Host.MemoryMB, res.Host.Root, orNA(res.Device, res.DeviceNote))
+	caches := "the page cache was not dropped between runs (not root)"
+	if res.Host.Root {
+		caches = "the page cache was dropped between runs (echo 1 > /proc/sys/vm/drop_caches, after the data was deleted; no sync)"
+	}
+	fmt.Fprintf(&b, "Every run starts in fresh directories; its data is removed after it (unless --keep), and %s. "+
+		"All agents of a run are released at the same moment; wall time is measured by each agent from its first write to the end of its walk.\n\n", caches)
 	b.WriteString("## Summary\n\n")
 	b.WriteString("| arm | ws | nb | median s | max s | write p50 | write p95 | read p50 | read p95 | fsync p99 | c2d p99 | agg MB/s | ws MB/s | peak dirty MB | mean util % | mean await ms | peak load | busy cores | verified |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
