@@ -137,37 +137,62 @@ var _ commit.Observer = (*Metrics)(nil)
 
 // EngineStats are the engine's counters, read at scrape time.
 type EngineStats struct {
-	Pending      int    // records enqueued and not yet durable
-	LastGroup    uint64 // last committed group
+	Pending   int    // records enqueued and not yet durable
+	LastGroup uint64 // last committed group
+	Inodes    int    // inodes in memory
+	// HaveBytes says the byte counters below are kept by the engine; when
+	// false they are not exported (rather than exported as zeros).
+	HaveBytes    bool
 	BytesInline  uint64 // file bytes stored inline in log records
 	BytesPooled  uint64 // file bytes published as new pool objects
 	BytesDeduped uint64 // file bytes that matched an existing pool object
 }
 
-// WatchEngine registers gauges and counters that call stats at every
-// scrape. stats must be cheap and safe for concurrent use. Only the first
-// call has an effect.
+// WatchEngine exports the engine's stats, calling stats once per scrape.
+// stats must be cheap and safe for concurrent use. Only the first call has
+// an effect.
 func (m *Metrics) WatchEngine(stats func() EngineStats) {
 	if m == nil {
 		return
 	}
 	m.engineOnce.Do(func() {
-		c := func(name, help string, v func(EngineStats) float64) prometheus.Collector {
-			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: m.labels},
-				func() float64 { return v(stats()) })
-		}
-		g := func(name, help string, v func(EngineStats) float64) prometheus.Collector {
-			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: m.labels},
-				func() float64 { return v(stats()) })
-		}
-		m.Registry.MustRegister(
-			g("wsfs_commit_pending_records", "Records enqueued and not yet durable.", func(s EngineStats) float64 { return float64(s.Pending) }),
-			g("wsfs_engine_last_group", "Last committed group as the engine reports it.", func(s EngineStats) float64 { return float64(s.LastGroup) }),
-			c("wsfs_bytes_inline_total", "File bytes stored inline in log records.", func(s EngineStats) float64 { return float64(s.BytesInline) }),
-			c("wsfs_bytes_pooled_total", "File bytes published as new pool objects.", func(s EngineStats) float64 { return float64(s.BytesPooled) }),
-			c("wsfs_bytes_deduplicated_total", "File bytes that matched an existing pool object.", func(s EngineStats) float64 { return float64(s.BytesDeduped) }),
-		)
+		m.Registry.MustRegister(&engineCollector{stats: stats, labels: m.labels})
 	})
+}
+
+type engineCollector struct {
+	stats  func() EngineStats
+	labels prometheus.Labels
+}
+
+func (c *engineCollector) desc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, nil, c.labels)
+}
+
+func (c *engineCollector) descs() (pending, group, inodes, inline, pooled, dedup *prometheus.Desc) {
+	return c.desc("wsfs_commit_pending_records", "Records enqueued and not yet durable."),
+		c.desc("wsfs_engine_last_group", "Last committed group as the engine reports it."),
+		c.desc("wsfs_engine_inodes", "Inodes in memory (open orphans included)."),
+		c.desc("wsfs_bytes_inline_total", "File bytes stored inline in log records."),
+		c.desc("wsfs_bytes_pooled_total", "File bytes published as new pool objects."),
+		c.desc("wsfs_bytes_deduplicated_total", "File bytes that matched an existing pool object.")
+}
+
+// Describe sends nothing: the collector is unchecked, because the byte
+// counters exist only when the engine keeps them.
+func (c *engineCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	pending, group, inodes, inline, pooled, dedup := c.descs()
+	ch <- prometheus.MustNewConstMetric(pending, prometheus.GaugeValue, float64(s.Pending))
+	ch <- prometheus.MustNewConstMetric(group, prometheus.GaugeValue, float64(s.LastGroup))
+	ch <- prometheus.MustNewConstMetric(inodes, prometheus.GaugeValue, float64(s.Inodes))
+	if s.HaveBytes {
+		ch <- prometheus.MustNewConstMetric(inline, prometheus.CounterValue, float64(s.BytesInline))
+		ch <- prometheus.MustNewConstMetric(pooled, prometheus.CounterValue, float64(s.BytesPooled))
+		ch <- prometheus.MustNewConstMetric(dedup, prometheus.CounterValue, float64(s.BytesDeduped))
+	}
 }
 
 // Server is a running /metrics endpoint.

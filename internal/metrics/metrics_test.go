@@ -17,7 +17,7 @@ func TestServeExposesCollectors(t *testing.T) {
 	op.Done(time.Now(), true)
 	m.GroupCommitted(commit.GroupStats{Group: 7, Records: 3, Objects: 2, Drain: time.Millisecond, LogSync: 2 * time.Millisecond})
 	m.WatchEngine(func() EngineStats {
-		return EngineStats{Pending: 5, BytesInline: 100, BytesPooled: 4096, BytesDeduped: 12}
+		return EngineStats{Pending: 5, Inodes: 3, HaveBytes: true, BytesInline: 100, BytesPooled: 4096, BytesDeduped: 12}
 	})
 
 	s, err := m.Serve("127.0.0.1:0")
@@ -45,6 +45,7 @@ func TestServeExposesCollectors(t *testing.T) {
 		`wsfs_commit_drain_seconds_count{workspace="ws1"} 1`,
 		`wsfs_commit_log_sync_seconds_count{workspace="ws1"} 1`,
 		`wsfs_commit_pending_records{workspace="ws1"} 5`,
+		`wsfs_engine_inodes{workspace="ws1"} 3`,
 		`wsfs_bytes_pooled_total{workspace="ws1"} 4096`,
 		`wsfs_bytes_deduplicated_total{workspace="ws1"} 12`,
 		`wsfs_bytes_inline_total{workspace="ws1"} 100`,
