@@ -197,7 +197,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 					label := fmt.Sprintf("[%d/%d] %s ws=%d nb=%d", i, total, arm, n, nb)
 					r := runOne(ctx, opts, disp, label, arm, n, nb, rep, dev)
 					res.Runs = append(res.Runs, r)
-					disp.runEnd(runLine(r))
+					disp.runEnd(label, runLine(r))
 				}
 			}
 		}

@@ -18,8 +18,9 @@ type display interface {
 	runStart(label string, n int)
 	// update reports that workspace ws finished done of total in phase.
 	update(ws int, phase string, done, total int)
-	// runEnd ends the run; line summarises it.
-	runEnd(line string)
+	// runEnd ends the run labelled label (runStart may not have been
+	// called if the run failed during setup); line summarises it.
+	runEnd(label, line string)
 	// logf prints a line between runs.
 	logf(format string, args ...any)
 }
@@ -66,10 +67,10 @@ func (d *plainDisplay) update(ws int, phase string, done, total int) {
 	fmt.Fprintf(d.w, "%s: workspace 0 finished %s (%d)\n", d.label, phase, total)
 }
 
-func (d *plainDisplay) runEnd(line string) {
+func (d *plainDisplay) runEnd(label, line string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	fmt.Fprintf(d.w, "%s: %s\n", d.label, line)
+	fmt.Fprintf(d.w, "%s: %s\n", label, line)
 }
 
 func (d *plainDisplay) logf(format string, args ...any) {
@@ -136,7 +137,7 @@ func (d *barDisplay) update(ws int, phase string, done, total int) {
 	bar.SetCurrent(v)
 }
 
-func (d *barDisplay) runEnd(line string) {
+func (d *barDisplay) runEnd(label, line string) {
 	d.mu.Lock()
 	bars, p := d.bars, d.p
 	d.bars, d.p = nil, nil
@@ -149,7 +150,7 @@ func (d *barDisplay) runEnd(line string) {
 	if p != nil {
 		p.Wait()
 	}
-	fmt.Fprintf(d.w, "%s: %s\n", d.label, line)
+	fmt.Fprintf(d.w, "%s: %s\n", label, line)
 }
 
 func (d *barDisplay) logf(format string, args ...any) {
