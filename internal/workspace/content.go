@@ -24,10 +24,35 @@ type dirty struct {
 	ctime int64
 }
 
-// objFile is an open pool object cached for reads of clean content.
+// objFile is an open pool object cached per inode for reads of clean
+// content. Reads use it outside the inode lock (so reads of one file run in
+// parallel); refs counts them, and a retired objFile is closed by whoever
+// drops refs to zero. Fields are guarded by the inode's Mu.
 type objFile struct {
-	f  vfs.File
-	id pool.ID
+	f       vfs.File
+	id      pool.ID
+	refs    int
+	retired bool
+}
+
+// retireObjLocked detaches the inode's cached object file and closes it
+// once no read uses it.
+func retireObjLocked(lv *live) {
+	if o := lv.obj; o != nil {
+		lv.obj = nil
+		o.retired = true
+		if o.refs == 0 {
+			o.f.Close()
+		}
+	}
+}
+
+// unrefObjLocked ends one read's use of o.
+func unrefObjLocked(o *objFile) {
+	o.refs--
+	if o.retired && o.refs == 0 {
+		o.f.Close()
+	}
 }
 
 // Handle is an open file.
@@ -88,56 +113,66 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 		return 0, wsErr("read", ino, "", syscall.EINVAL)
 	}
 	n.Mu.Lock()
-	defer n.Mu.Unlock()
 	if h.released {
+		n.Mu.Unlock()
 		return 0, wsErr("read", ino, "", syscall.EBADF)
 	}
 	if n.IsDir() {
+		n.Mu.Unlock()
 		return 0, wsErr("read", ino, "", syscall.EISDIR)
 	}
 	lv := liveFor(n)
 	if d := lv.dirty; d != nil {
 		c, err := d.readAt(p, off)
+		n.Mu.Unlock()
 		return c, wsErr("read", ino, "", err)
 	}
 	size := int64(n.Size)
 	if off >= size {
+		n.Mu.Unlock()
 		return 0, nil
 	}
 	if int64(len(p)) > size-off {
 		p = p[:size-off]
 	}
 	if !n.Content.IsObject {
-		return copy(p, n.Content.Inline[off:]), nil
+		c := copy(p, n.Content.Inline[off:])
+		n.Mu.Unlock()
+		return c, nil
 	}
-	f, err := h.w.objectLocked(n, lv)
+	o, err := h.w.objectLocked(n, lv)
 	if err != nil {
+		n.Mu.Unlock()
 		return 0, wsErr("read", ino, "", err)
 	}
-	c, err := f.ReadAt(p, off)
+	// The object is immutable: read it without holding the inode lock.
+	o.refs++
+	n.Mu.Unlock()
+	c, err := o.f.ReadAt(p, off)
+	n.Mu.Lock()
+	unrefObjLocked(o)
+	n.Mu.Unlock()
 	if err == io.EOF {
 		// The object is shorter than the inode says: damaged or replaced.
-		return c, wsErr("read", ino, "", &ioError{fmt.Errorf("object %s ends at %d, inode size %d", pool.ID(n.Content.Object), off+int64(c), size)})
+		return c, wsErr("read", ino, "", &ioError{fmt.Errorf("object %s ends at %d, inode size %d", o.id, off+int64(c), size)})
 	}
 	return c, wsErr("read", ino, "", errno(err))
 }
 
-// objectLocked returns the cached open object of n's clean content.
-func (w *Workspace) objectLocked(n *namespace.Inode, lv *live) (vfs.File, error) {
+// objectLocked returns the cached open object of n's clean content,
+// opening (and verifying, once per process) it if needed.
+func (w *Workspace) objectLocked(n *namespace.Inode, lv *live) (*objFile, error) {
 	id := pool.ID(n.Content.Object)
-	if lv.obj.f != nil && lv.obj.id == id {
-		return lv.obj.f, nil
+	if lv.obj != nil && lv.obj.id == id {
+		return lv.obj, nil
 	}
-	if lv.obj.f != nil {
-		lv.obj.f.Close()
-		lv.obj = objFile{}
-	}
+	retireObjLocked(lv)
 	f, err := w.pool.Open(id)
 	if err != nil {
 		return nil, errno(err)
 	}
-	lv.obj = objFile{f: f, id: id}
-	return f, nil
+	lv.obj = &objFile{f: f, id: id}
+	return lv.obj, nil
 }
 
 // WriteAt writes p at off (at EOF with O_APPEND) into the inode's dirty
@@ -200,10 +235,11 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 			}
 			d.mem, d.size = b, int64(len(b))
 		default:
-			src, err := w.objectLocked(n, lv)
+			o, err := w.objectLocked(n, lv)
 			if err != nil {
 				return nil, err
 			}
+			src := o.f
 			if err := w.spill(d); err != nil {
 				return nil, err
 			}
@@ -364,9 +400,15 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 		}
 		d.f = nil
 		if _, err := w.pool.PublishStaging(d.path, id); err != nil {
-			// The staging file may or may not still exist; the content is
-			// lost for this inode. Report it; the old content stays.
-			lv.dirty = nil
+			// Keep the dirty content if the staging file is still there (a
+			// later flush retries); if it is gone, so is the new content:
+			// the inode keeps its published content and the caller hears.
+			if f, oerr := w.fs.OpenReadWrite(d.path); oerr == nil {
+				d.f = f
+			} else {
+				lv.dirty = nil
+				w.lg.Error("publishing a staging file failed and it is gone; the file keeps its previous content", "ino", n.Ino, "err", err)
+			}
 			return errno(err)
 		}
 		rec.Content = namespace.Content{IsObject: true, Object: namespace.ObjectID(id)}
@@ -391,9 +433,8 @@ func (w *Workspace) dropContentLocked(n *namespace.Inode, closeObj bool) {
 		w.discard(lv.dirty)
 		lv.dirty = nil
 	}
-	if closeObj && lv.obj.f != nil {
-		lv.obj.f.Close()
-		lv.obj = objFile{}
+	if closeObj {
+		retireObjLocked(lv)
 	}
 }
 
@@ -435,10 +476,7 @@ func (h *Handle) Release() error {
 		if lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
 			err = h.w.flushLocked(n)
 		}
-		if lv.obj.f != nil {
-			lv.obj.f.Close()
-			lv.obj = objFile{}
-		}
+		retireObjLocked(lv)
 		if n.Nlink == 0 {
 			h.w.dropContentLocked(n, true)
 		}

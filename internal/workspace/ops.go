@@ -14,7 +14,7 @@ type live struct {
 	lookups uint64 // kernel lookup count
 	opens   int    // open handles
 	dirty   *dirty // unflushed content shared by all handles; nil when clean
-	obj     objFile
+	obj     *objFile // cached object of clean content; nil if none
 }
 
 func liveOf(n *namespace.Inode) *live {

@@ -124,7 +124,7 @@ const (
 
 // Options configure Open.
 type Options struct {
-	FS   vfs.FS     // the state filesystem (default vfs.Default)
+	FS   vfs.FS     // holds Dir and the pool (the pool's own FS; default vfs.Default)
 	Dir  string     // STATE/workspaces/NAME; holds log/, checkpoint/, lock
 	Pool *pool.Pool // the host's content pool (required)
 
