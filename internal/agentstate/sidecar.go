@@ -135,15 +135,20 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	log := opts.Logger.With("workspace", opts.Workspace)
 	s := &Sidecar{opts: opts, log: log}
 
+	if err := vfs.Default.MkdirAll(filepath.Dir(opts.DBPath), 0o755); err != nil {
+		return nil, fmt.Errorf("create agent state directory: %w", err)
+	}
+	// The database exists (unreplicated) even when the replica cannot be
+	// reached, so the agent can keep its state locally meanwhile.
+	if err := Ensure(opts.DBPath, opts.Workspace); err != nil {
+		return nil, err
+	}
 	client, err := NewReplicaClient(opts.ReplicaURL)
 	if err != nil {
 		return nil, err
 	}
 	if err := CheckReplica(ctx, client, opts.ReplicaURL, opts.CheckTimeout); err != nil {
 		return nil, err
-	}
-	if err := vfs.Default.MkdirAll(filepath.Dir(opts.DBPath), 0o755); err != nil {
-		return nil, fmt.Errorf("create agent state directory: %w", err)
 	}
 	// One sidecar per database: two would upload conflicting LTX files.
 	lock, err := vfs.Default.Lock(opts.DBPath + ".sidecar-lock")
@@ -161,10 +166,6 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		lock.Close()
 		return nil, err
 	}
-	if err := Ensure(opts.DBPath, opts.Workspace); err != nil {
-		return fail(err)
-	}
-
 	db := litestream.NewDB(opts.DBPath)
 	db.Logger = log.With("db", filepath.Base(opts.DBPath))
 	db.MonitorInterval = opts.SyncInterval

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"wsfs/internal/host"
+	"wsfs/internal/supervisor"
+)
+
+func init() {
+	register(command{
+		name:    "status",
+		summary: "one line per workspace: mounted, last committed group and age, pending, replica position and lag",
+		run:     runStatus,
+	})
+}
+
+const statusAbout = `
+One line per workspace of the host:
+
+  MOUNTED   whether its mount point (HOME/mnt/NAME) is mounted (mount table)
+  GROUP     last committed group, AGE since it committed, PENDING records
+            (from the daemon's status file, rewritten every second)
+  REPLICA   last transaction of the agent state database the replica has,
+            LAG transactions behind and time since the last successful sync
+            (from the sidecar's status file)
+  NOTE      failures, stale status files (process not running), restarts
+
+"-" means unknown (no status file yet).`
+
+func runStatus(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "status", "", statusAbout)
+	g.homeFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() != 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	h, err := host.Open(g.home)
+	if err != nil {
+		if errors.Is(err, host.ErrNoHost) {
+			return preconditionError{err}
+		}
+		return err
+	}
+	now := time.Now()
+	st, err := supervisor.Collect(h, now)
+	if err != nil {
+		return err
+	}
+	if len(st) == 0 {
+		fmt.Fprintf(g.stdout, "no workspaces on host %s\n", h.Home())
+		return nil
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMOUNTED\tGROUP\tAGE\tPENDING\tREPLICA\tLAG\tNOTE")
+	for _, w := range st {
+		fmt.Fprintln(tw, strings.Join(w.Columns(now), "\t"))
+	}
+	return tw.Flush()
+}

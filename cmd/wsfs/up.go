@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"wsfs/internal/agentstate"
+	"wsfs/internal/host"
+	"wsfs/internal/supervisor"
+)
+
+func init() {
+	register(command{
+		name:    "up",
+		summary: "run every workspace of the host: its daemon and its agent-state sidecar, restarted when they die",
+		run:     runUp,
+	})
+}
+
+const upAbout = `
+Starts, for every workspace of the host, its daemon ('wsfs mount NAME
+HOME/mnt/NAME') and its agent-state replication sidecar ('wsfs sidecar
+NAME') as child processes, and restarts a child that dies, with exponential
+backoff (--min-backoff doubling up to --max-backoff), logging who died, how
+and when it restarts. --workspaces N first creates ws-1..ws-N where missing
+(and the host, if HOME has none).
+
+Agents find their state database in $` + agentstate.EnvVar + `
+(STATE/workspaces/NAME/agent/state.db); see 'wsfs state -h' for what its
+replication promises.
+
+On SIGINT/SIGTERM: stops the sidecars (each syncs its replica a last time),
+then the daemons (each commits what is pending and unmounts); a child that
+does not stop within --stop-timeout is killed (daemons then lazily
+unmounted) and the log says so. Exits 0.`
+
+func runUp(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "up", "", upAbout)
+	g.homeFlag(fs)
+	n := fs.Int("workspaces", 0, "create ws-1..ws-N where missing before starting")
+	minBackoff := fs.Duration("min-backoff", 500*time.Millisecond, "first restart delay after a child dies")
+	maxBackoff := fs.Duration("max-backoff", 30*time.Second, "cap of the restart delay")
+	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "how long to wait for a child after SIGTERM before SIGKILL")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() != 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *n < 0 || *minBackoff <= 0 || *maxBackoff < *minBackoff || *stopTimeout <= 0 {
+		return usageError{"--workspaces must be >= 0, backoffs positive with --max-backoff >= --min-backoff, --stop-timeout positive"}
+	}
+	var h *host.Host
+	var err error
+	if *n > 0 {
+		h, err = host.Init(g.home)
+	} else {
+		h, err = host.Open(g.home)
+	}
+	if err != nil {
+		if errors.Is(err, host.ErrNoHost) {
+			return preconditionError{err}
+		}
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(g.stderr, nil))
+	for i := 1; i <= *n; i++ {
+		name := fmt.Sprintf("ws-%d", i)
+		if err := h.CreateWorkspace(name); err == nil {
+			log.Info("created workspace", "workspace", name)
+		} else if !errors.Is(err, host.ErrWorkspaceExists) {
+			return err
+		}
+	}
+	names, err := h.Workspaces()
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the wsfs executable to start children from: %w", err)
+	}
+	for _, name := range names {
+		log.Info("workspace", "workspace", name, "mount_point", h.MountPoint(name), agentstate.EnvVar, agentstate.PathsFor(h, name).DB)
+	}
+	err = supervisor.Run(ctx, supervisor.Options{
+		Host:        h,
+		Workspaces:  names,
+		Exe:         exe,
+		MinBackoff:  *minBackoff,
+		MaxBackoff:  *maxBackoff,
+		StopTimeout: *stopTimeout,
+		Logger:      log,
+		Ready:       func() { fmt.Fprintln(g.stdout, "ready") },
+	})
+	if err != nil {
+		return preconditionError{err}
+	}
+	return nil
+}

@@ -1,0 +1,473 @@
+// Package supervisor runs every workspace of a host: for each one a daemon
+// process (`wsfs mount NAME MOUNTPOINT --ready-file F`) and an agent-state
+// replication sidecar (`wsfs sidecar NAME`), both real child processes of
+// the same executable. It is the body of `wsfs up`.
+//
+// Lifecycle:
+//
+//   - A child that exits while the supervisor is running is restarted after
+//     a backoff that doubles with each quick death (MinBackoff up to
+//     MaxBackoff) and returns to MinBackoff once a child has stayed up for
+//     StableAfter. Every death is logged with who died, how (exit code or
+//     signal) and when it restarts.
+//   - Before a daemon is (re)started, a stale FUSE mount left at its mount
+//     point by a killed daemon is lazily unmounted (and the log says so):
+//     the kernel keeps a dead daemon's mount, which would make the new
+//     daemon's mount fail.
+//   - On shutdown (ctx done) the sidecars are stopped first with SIGTERM
+//     (each syncs its replica a last time), then the daemons with SIGTERM
+//     (each commits what is pending and unmounts). A child that does not
+//     exit within StopTimeout gets SIGKILL; a daemon killed that way has its
+//     mount lazily unmounted. Both are logged. Run then returns nil.
+//
+// Children get Setpgid (so a terminal's ^C reaches only the supervisor,
+// which then stops them in order) and Pdeathsig SIGTERM (so they stop if
+// the supervisor itself is killed). Each child's output is copied to the
+// supervisor's log, one line at a time, prefixed with "NAME/kind: ".
+//
+// Runtime files: HOME/run/NAME.ready (the daemon's ready file) and
+// HOME/run/up.json (pids and restart counts, for `wsfs status`).
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"wsfs/internal/agentstate"
+	"wsfs/internal/host"
+	"wsfs/internal/layout"
+)
+
+// Options configure Run.
+type Options struct {
+	// Host is the host whose workspaces run.
+	Host *host.Host
+	// Workspaces to run. Each must exist.
+	Workspaces []string
+	// Exe is the wsfs executable to start children from (os.Executable()).
+	Exe string
+	// DaemonArgs are extra flags for every `wsfs mount` (before NAME).
+	DaemonArgs []string
+	// SidecarArgs are extra flags for every `wsfs sidecar` (before NAME).
+	SidecarArgs []string
+	// MinBackoff, MaxBackoff bound the restart delay. Defaults 500ms, 30s.
+	MinBackoff, MaxBackoff time.Duration
+	// StableAfter is how long a child must live for its backoff to reset.
+	// Default 30s.
+	StableAfter time.Duration
+	// StopTimeout bounds the wait for a child after SIGTERM. Default 30s.
+	StopTimeout time.Duration
+	// Logger receives the supervisor's and the children's messages.
+	Logger *slog.Logger
+	// Ready, if set, is called once every daemon has written its ready file
+	// for the first time.
+	Ready func()
+}
+
+// Kinds of child process.
+const (
+	KindDaemon  = "daemon"
+	KindSidecar = "sidecar"
+)
+
+// RunDir is HOME/run, the supervisor's runtime directory.
+func RunDir(h *host.Host) string { return filepath.Join(h.Home(), "run") }
+
+// ReadyFile is the ready file the daemon of name writes.
+func ReadyFile(h *host.Host, name string) string {
+	return filepath.Join(RunDir(h), name+".ready")
+}
+
+// StateFile is HOME/run/up.json.
+func StateFile(h *host.Host) string { return filepath.Join(RunDir(h), "up.json") }
+
+// ChildState is one child's entry in up.json.
+type ChildState struct {
+	Workspace string    `json:"workspace"`
+	Kind      string    `json:"kind"`
+	PID       int       `json:"pid"` // 0 while not running
+	StartedAt time.Time `json:"started_at"`
+	Restarts  int       `json:"restarts"`
+	LastExit  string    `json:"last_exit,omitempty"`
+}
+
+// State is the content of up.json.
+type State struct {
+	PID       int          `json:"pid"` // the supervisor's
+	UpdatedAt time.Time    `json:"updated_at"`
+	Children  []ChildState `json:"children"`
+}
+
+type child struct {
+	ws, kind   string
+	args       []string
+	env        []string
+	mountPoint string // daemon only
+	readyFile  string // daemon only
+
+	mu struct {
+		sync.Mutex
+		cmd      *exec.Cmd // nil while not running
+		stopping bool
+		st       ChildState
+	}
+	exited chan struct{} // closed when the current process has been waited for
+	done   chan struct{} // closed when the loop has returned
+}
+
+// Supervisor is a running `wsfs up`.
+type supervisor struct {
+	opts     Options
+	log      *slog.Logger
+	children []*child
+	stateMu  sync.Mutex
+}
+
+// Run starts every workspace's daemon and sidecar and supervises them until
+// ctx is done, then stops them (see the package doc). It returns an error
+// only if it cannot start at all.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Host == nil || opts.Exe == "" {
+		return errors.New("supervisor: Host and Exe are required")
+	}
+	if len(opts.Workspaces) == 0 {
+		return fmt.Errorf("no workspaces on host %s: create some with `wsfs create NAME` or `wsfs up --workspaces N`", opts.Host.Home())
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 500 * time.Millisecond
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(30*time.Second, opts.MinBackoff)
+	}
+	if opts.StableAfter <= 0 {
+		opts.StableAfter = 30 * time.Second
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := opts.Host
+	if err := os.MkdirAll(RunDir(h), 0o755); err != nil {
+		return fmt.Errorf("create runtime directory: %w", err)
+	}
+	s := &supervisor{opts: opts, log: opts.Logger}
+	home := "--home=" + h.Home()
+	for _, ws := range opts.Workspaces {
+		if err := h.CheckWorkspace(ws); err != nil {
+			return err
+		}
+		if locked, err := h.Locked(ws); err != nil {
+			return err
+		} else if locked {
+			return fmt.Errorf("workspace %s is already served by another daemon (its lock is held): stop it first", ws)
+		}
+		env := append(os.Environ(),
+			"WSFS_HOME="+h.Home(),
+			agentstate.EnvVar+"="+agentstate.PathsFor(h, ws).DB,
+		)
+		mp := h.MountPoint(ws)
+		if err := os.MkdirAll(mp, 0o755); err != nil && !errors.Is(err, syscall.ENOTCONN) {
+			return fmt.Errorf("create mount point %s: %w", mp, err)
+		}
+		ready := ReadyFile(h, ws)
+		dargs := append([]string{"mount", home, "--ready-file=" + ready}, opts.DaemonArgs...)
+		s.children = append(s.children, &child{
+			ws: ws, kind: KindDaemon, env: env, mountPoint: mp, readyFile: ready,
+			args: append(dargs, ws, mp),
+		})
+		sargs := append([]string{"sidecar", home}, opts.SidecarArgs...)
+		s.children = append(s.children, &child{
+			ws: ws, kind: KindSidecar, env: env,
+			args: append(sargs, ws),
+		})
+	}
+	for _, c := range s.children {
+		c.mu.st = ChildState{Workspace: c.ws, Kind: c.kind}
+	}
+
+	restartCtx, stopRestarts := context.WithCancel(context.Background())
+	defer stopRestarts()
+	for _, c := range s.children {
+		c.done = make(chan struct{})
+		go func() { defer close(c.done); s.loop(restartCtx, c) }()
+	}
+	s.log.Info("wsfs up: supervising", "workspaces", len(opts.Workspaces), "children", len(s.children))
+	go s.watchReady(ctx)
+
+	<-ctx.Done()
+	s.log.Info("wsfs up: stopping (sidecars first, then daemons)")
+	stopRestarts()
+	s.stopAll(KindSidecar)
+	s.stopAll(KindDaemon)
+	s.writeState()
+	s.log.Info("wsfs up: stopped")
+	return nil
+}
+
+// watchReady calls Options.Ready once every daemon's ready file exists.
+func (s *supervisor) watchReady(ctx context.Context) {
+	if s.opts.Ready == nil {
+		return
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		all := true
+		for _, c := range s.children {
+			if c.kind == KindDaemon {
+				if _, err := os.Stat(c.readyFile); err != nil {
+					all = false
+				}
+			}
+		}
+		if all {
+			s.log.Info("wsfs up: every workspace is mounted")
+			s.opts.Ready()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// loop runs c until stopped, restarting it with backoff when it dies.
+func (s *supervisor) loop(ctx context.Context, c *child) {
+	log := s.log.With("workspace", c.ws, "kind", c.kind)
+	backoff := s.opts.MinBackoff
+	for {
+		if c.kind == KindDaemon {
+			os.Remove(c.readyFile)
+			s.clearStaleMount(c, log)
+		}
+		cmd := exec.Command(s.opts.Exe, c.args...)
+		cmd.Env = c.env
+		w := newPrefixWriter(s.log, c.ws+"/"+c.kind)
+		cmd.Stdout, cmd.Stderr = w, w
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+
+		c.mu.Lock()
+		if c.mu.stopping {
+			c.mu.Unlock()
+			return
+		}
+		err := cmd.Start()
+		if err == nil {
+			c.mu.cmd = cmd
+			c.exited = make(chan struct{})
+			c.mu.st.PID = cmd.Process.Pid
+			c.mu.st.StartedAt = time.Now().UTC()
+		}
+		exited := c.exited
+		c.mu.Unlock()
+		if err != nil {
+			log.Error("cannot start", "err", err, "retry_in", backoff)
+		} else {
+			log.Info("started", "pid", cmd.Process.Pid)
+			s.writeState()
+			werr := cmd.Wait()
+			w.Flush()
+			lived := time.Since(c.mu.st.StartedAt)
+			how := describeExit(cmd.ProcessState, werr)
+			c.mu.Lock()
+			c.mu.cmd = nil
+			c.mu.st.PID = 0
+			c.mu.st.LastExit = how
+			stopping := c.mu.stopping
+			close(exited)
+			c.mu.Unlock()
+			if stopping {
+				s.writeState()
+				return
+			}
+			if lived >= s.opts.StableAfter {
+				backoff = s.opts.MinBackoff
+			}
+			log.Warn("died", "pid", cmd.Process.Pid, "how", how, "after", lived.Round(time.Millisecond), "restart_in", backoff)
+		}
+		c.mu.Lock()
+		c.mu.st.Restarts++
+		c.mu.Unlock()
+		s.writeState()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, s.opts.MaxBackoff)
+		log.Info("restarting")
+	}
+}
+
+// stopAll stops every child of kind in parallel: SIGTERM, bounded wait,
+// SIGKILL.
+func (s *supervisor) stopAll(kind string) {
+	var wg sync.WaitGroup
+	for _, c := range s.children {
+		if c.kind != kind {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); s.stop(c) }()
+	}
+	wg.Wait()
+}
+
+func (s *supervisor) stop(c *child) {
+	log := s.log.With("workspace", c.ws, "kind", c.kind)
+	c.mu.Lock()
+	c.mu.stopping = true
+	cmd, exited := c.mu.cmd, c.exited
+	c.mu.Unlock()
+	if cmd != nil {
+		what := "final replica sync"
+		if c.kind == KindDaemon {
+			what = "final commit and unmount"
+		}
+		log.Info("stopping with SIGTERM", "pid", cmd.Process.Pid, "waits_for", what, "timeout", s.opts.StopTimeout)
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			c.mu.Lock()
+			how := c.mu.st.LastExit
+			c.mu.Unlock()
+			if cmd.ProcessState.Success() {
+				log.Info("stopped", "pid", cmd.Process.Pid)
+			} else {
+				log.Error("stopped with a failure", "pid", cmd.Process.Pid, "how", how)
+			}
+		case <-time.After(s.opts.StopTimeout):
+			log.Error("did not stop in time: sending SIGKILL", "pid", cmd.Process.Pid, "timeout", s.opts.StopTimeout, "lost", "whatever it had not yet "+map[string]string{KindDaemon: "committed", KindSidecar: "replicated"}[c.kind])
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	}
+	<-c.done
+	if c.kind == KindDaemon {
+		s.clearStaleMount(c, log)
+		os.Remove(c.readyFile)
+	}
+}
+
+// clearStaleMount lazily unmounts c's mount point if something is still
+// mounted there while no daemon of c runs.
+func (s *supervisor) clearStaleMount(c *child, log *slog.Logger) {
+	mounts, err := layout.Mounts()
+	if err != nil {
+		log.Error("cannot read the mount table", "err", err)
+		return
+	}
+	if m, ok := layout.MountedAt(mounts, c.mountPoint); ok {
+		if err := unix.Unmount(c.mountPoint, unix.MNT_DETACH); err != nil {
+			log.Error("stale mount left by a dead daemon; lazy unmount failed", "mount_point", c.mountPoint, "fstype", m.FSType, "err", err)
+			return
+		}
+		log.Warn("lazily unmounted a stale mount left by a dead daemon", "mount_point", c.mountPoint, "fstype", m.FSType)
+	}
+}
+
+// describeExit says how a process ended: "exit code N" or "signal NAME".
+func describeExit(ps *os.ProcessState, err error) string {
+	if ps == nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "signal " + unix.SignalName(ws.Signal())
+	}
+	return fmt.Sprintf("exit code %d", ps.ExitCode())
+}
+
+// writeState publishes HOME/run/up.json (advisory, not synced).
+func (s *supervisor) writeState() {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	st := State{PID: os.Getpid(), UpdatedAt: time.Now().UTC()}
+	for _, c := range s.children {
+		c.mu.Lock()
+		st.Children = append(st.Children, c.mu.st)
+		c.mu.Unlock()
+	}
+	data, _ := json.MarshalIndent(st, "", "  ")
+	path := StateFile(s.opts.Host)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err == nil {
+		os.Rename(tmp, path)
+	}
+}
+
+// ReadState reads HOME/run/up.json.
+func ReadState(h *host.Host) (State, error) {
+	data, err := os.ReadFile(StateFile(h))
+	if err != nil {
+		return State{}, err
+	}
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		return State{}, fmt.Errorf("%s: %w", StateFile(h), err)
+	}
+	return st, nil
+}
+
+// prefixWriter copies a child's output to the log, one line per record.
+type prefixWriter struct {
+	mu     sync.Mutex
+	log    *slog.Logger
+	prefix string
+	buf    []byte
+}
+
+func newPrefixWriter(log *slog.Logger, prefix string) *prefixWriter {
+	return &prefixWriter{log: log, prefix: prefix}
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.emit(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 64<<10 {
+		w.emit(w.buf)
+		w.buf = nil
+	}
+	return len(p), nil
+}
+
+// Flush emits a last partial line.
+func (w *prefixWriter) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.emit(w.buf)
+		w.buf = nil
+	}
+}
+
+func (w *prefixWriter) emit(line []byte) {
+	w.log.Info(w.prefix + ": " + string(bytes.TrimRight(line, "\r")))
+}
+
+var _ io.Writer = (*prefixWriter)(nil)
