@@ -136,7 +136,7 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 		disabled |= fuse.CAP_PASSTHROUGH
 	}
 	mo := &fuse.MountOptions{
-		FsName: "wsfs:" + opts.Name,
+		FsName: MountSource(opts.Name),
 		Name:   "wsfs",
 		// Permission checks by the kernel from our attributes.
 		Options:    []string{"default_permissions"},
@@ -337,4 +337,63 @@ type slogWriter struct{ l *slog.Logger }
 func (w slogWriter) Write(p []byte) (int, error) {
 	w.l.Info(strings.TrimRight(string(p), "\n"), "component", "go-fuse")
 	return len(p), nil
+}
+
+// MountSource is the mount source ("fsname") of workspace name's mounts.
+func MountSource(name string) string { return "wsfs:" + name }
+
+// Mounts returns the mount points where workspace name is mounted, from
+// /proc/self/mountinfo (a dead daemon's mount included).
+func Mounts(name string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	defer f.Close()
+	return mountsOf(f, MountSource(name))
+}
+
+// mountsOf parses mountinfo lines: field 5 is the mount point; after the
+// "-" separator come the fs type and the source.
+func mountsOf(rd io.Reader, source string) ([]string, error) {
+	var out []string
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, f := range fields {
+			if f == "-" && i+2 < len(fields) && len(fields) > 4 {
+				if strings.HasPrefix(fields[i+1], "fuse") && unescapeMountinfo(fields[i+2]) == source {
+					out = append(out, unescapeMountinfo(fields[4]))
+				}
+				break
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+// DetachStale lazily unmounts mp if it is a mount of workspace name whose
+// daemon is gone (the kernel answers ENOTCONN). The caller must hold the
+// workspace's lock, which proves no live daemon serves it. It reports
+// whether it detached anything.
+func DetachStale(mp, name string) (bool, error) {
+	mps, err := Mounts(name)
+	if err != nil {
+		return false, err
+	}
+	detached := false
+	for _, m := range mps {
+		if m != mp {
+			continue
+		}
+		if _, err := os.Stat(mp); !errors.Is(err, syscall.ENOTCONN) {
+			continue
+		}
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
+			return detached, fmt.Errorf("detach stale mount %s: %w", mp, err)
+		}
+		detached = true
+	}
+	return detached, nil
 }

@@ -60,3 +60,14 @@ func TestMountinfoUnescape(t *testing.T) {
 		t.Fatal("prefix matched")
 	}
 }
+
+func TestMountsOf(t *testing.T) {
+	info := "36 35 0:31 / /mnt/ws\\0401 rw - fuse.wsfs wsfs:a rw\n" +
+		"37 35 0:32 / /mnt/b rw - fuse.wsfs wsfs:b rw\n" +
+		"38 35 0:33 / /mnt/a2 rw shared:3 - fuse.wsfs wsfs:a rw\n" +
+		"39 35 8:1 / / rw - ext4 /dev/sda1 rw\n"
+	got, err := mountsOf(strings.NewReader(info), MountSource("a"))
+	if err != nil || len(got) != 2 || got[0] != "/mnt/ws 1" || got[1] != "/mnt/a2" {
+		t.Fatalf("mounts of a: %q %v", got, err)
+	}
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"wsfs/internal/host"
+)
+
+func init() {
+	register(command{
+		name:    "init",
+		summary: "create a host directory (state, pool, mount points, config)",
+		run:     runInit,
+	})
+}
+
+func runInit(ctx context.Context, g *globals, args []string) error {
+	flags := newFlagSet(g, "init", "", `
+Creates the host directory: HOME/wsfs.json (config), HOME/state/workspaces,
+HOME/pool and HOME/mnt. Running it again on an existing host keeps its
+config and workspaces and only creates what is missing.`)
+	g.homeFlag(flags)
+	if err := parseFlags(flags, args); err != nil {
+		return err
+	}
+	if flags.NArg() != 0 {
+		return usageError{fmt.Sprintf("init takes no arguments, got %q", flags.Args())}
+	}
+	h, err := host.Init(g.home)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "wsfs: host ready at %s (state %s, pool %s, mount points %s)\n", h.Home(), h.StateDir(), h.PoolDir(), h.MountDir())
+	return nil
+}
+
+// parseFlags parses args and turns a flag error into a usage error.
+func parseFlags(flags *flag.FlagSet, args []string) error {
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"wsfs/internal/commit"
+	"wsfs/internal/fusefs"
+	"wsfs/internal/host"
+	"wsfs/internal/metrics"
+	"wsfs/internal/pool"
+	"wsfs/internal/seglog"
+	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
+)
+
+func init() {
+	register(command{
+		name:    "mount",
+		summary: "serve a workspace over FUSE (foreground daemon)",
+		run:     runMount,
+	})
+}
+
+func runMount(ctx context.Context, g *globals, args []string) error {
+	flags := newFlagSet(g, "mount", "NAME [MOUNTPOINT]", `
+Serves workspace NAME at MOUNTPOINT (default: the host's mount directory
+/NAME, created if missing) in the foreground. Prints
+"wsfs: serving NAME at MOUNTPOINT" on stderr once the mount is live.
+SIGINT or SIGTERM commits every completed operation, unmounts and exits 0.
+
+A completed close() or namespace operation is durable within one commit
+window (--group-records records or --group-window, whichever comes
+first); fsync returns once everything before it is durable.`)
+	g.homeFlag(flags)
+	groupRecords := flags.Int("group-records", workspace.DefaultGroupRecords, "close a commit group after this many records")
+	groupWindow := flags.Duration("group-window", workspace.DefaultGroupWindow, "close a commit group this long after its first record")
+	drain := flags.String("drain", "entry", `what a commit syncs before the log: "entry" (the group's own objects) or "syncfs" (legacy: whole filesystems)`)
+	metricsAddr := flags.String("metrics", "", "serve Prometheus metrics on ADDR (host:port) at /metrics")
+	passthrough := flags.Bool("passthrough", false, "let the kernel read whole-object files directly from the pool (read-only opens; a writer is refused with ETXTBSY while such a reader is open)")
+	writeback := flags.Bool("writeback", false, "kernel writeback cache (buffers writes; disables passthrough; file mtimes are those of the writeback)")
+	entryTimeout := flags.Duration("entry-timeout", fusefs.DefaultTimeout, "how long the kernel caches names and negative lookups")
+	attrTimeout := flags.Duration("attr-timeout", fusefs.DefaultTimeout, "how long the kernel caches attributes")
+	readyFile := flags.String("ready-file", "", "create this file once the mount is live (for scripts and supervisors); removed at exit")
+	logLevel := flags.String("log-level", "info", "debug, info, warn or error")
+	debugFUSE := flags.Bool("debug-fuse", false, "log every FUSE request (very verbose)")
+	if err := parseFlags(flags, args); err != nil {
+		return err
+	}
+	if flags.NArg() < 1 || flags.NArg() > 2 {
+		return usageError{fmt.Sprintf("want NAME [MOUNTPOINT], got %d arguments", flags.NArg())}
+	}
+	name := flags.Arg(0)
+	if err := host.ValidateName(name); err != nil {
+		return usageError{err.Error()}
+	}
+	d, err := commit.ParseDrain(*drain)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if *groupRecords < 1 || *groupWindow <= 0 {
+		return usageError{"--group-records and --group-window must be positive"}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageError{fmt.Sprintf("--log-level: %v", err)}
+	}
+	lg := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level})).With("workspace", name)
+
+	h, err := openHostChecked(g.home, name)
+	if err != nil {
+		return err
+	}
+	if err := fusefs.CheckFUSE(); err != nil {
+		return preconditionError{err}
+	}
+	mp := h.MountPoint(name)
+	if flags.NArg() == 2 {
+		if mp, err = filepath.Abs(flags.Arg(1)); err != nil {
+			return usageError{err.Error()}
+		}
+	} else if err := os.MkdirAll(mp, 0o755); err != nil && !errors.Is(err, syscall.ENOTCONN) {
+		return fmt.Errorf("create mount point %s: %w", mp, err)
+	}
+
+	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
+	if err != nil {
+		return fmt.Errorf("open pool %s: %w", h.PoolDir(), err)
+	}
+	var m *metrics.Metrics
+	if *metricsAddr != "" {
+		m = metrics.New(name)
+	}
+	wsOpts := workspace.Options{
+		Dir: h.WorkspaceDir(name), Pool: p,
+		GroupRecords: *groupRecords, GroupWindow: *groupWindow, Drain: d,
+		Logger: lg,
+	}
+	if m != nil {
+		wsOpts.Observer = m
+	}
+	ws, err := workspace.Open(wsOpts)
+	if err != nil {
+		return classifyOpenError(name, err)
+	}
+	closeWS := func() error {
+		if err := ws.Close(); err != nil {
+			return fmt.Errorf("close workspace %s: %w", name, err)
+		}
+		return nil
+	}
+	// Holding the lock proves no live daemon serves the workspace, so a
+	// mount of it that answers ENOTCONN belongs to a dead one.
+	if detached, err := fusefs.DetachStale(mp, name); err != nil {
+		closeWS()
+		return preconditionError{err}
+	} else if detached {
+		lg.Warn("detached the stale mount of a previous daemon", "mountpoint", mp)
+	}
+
+	srv, err := fusefs.Mount(ws, mp, fusefs.Options{
+		Name: name, EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout, NegativeTimeout: *entryTimeout,
+		Passthrough: *passthrough, Writeback: *writeback,
+		Logger: lg, Metrics: m, Debug: *debugFUSE,
+	})
+	if err != nil {
+		closeWS()
+		var pe *fusefs.PreconditionError
+		if errors.As(err, &pe) {
+			return preconditionError{err}
+		}
+		return err
+	}
+	var ms *metrics.Server
+	if m != nil {
+		m.WatchEngine(func() metrics.EngineStats {
+			s := ws.Stats()
+			return metrics.EngineStats{Pending: s.Pending, LastGroup: s.CommittedGroup, Inodes: s.Inodes}
+		})
+		if ms, err = m.Serve(*metricsAddr); err != nil {
+			return errors.Join(err, srv.Unmount(), closeWS())
+		}
+		defer ms.Close()
+		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
+	}
+	if *readyFile != "" {
+		if err := writeReadyFile(*readyFile, mp); err != nil {
+			return errors.Join(err, srv.Unmount(), closeWS())
+		}
+		defer os.Remove(*readyFile)
+	}
+	fmt.Fprintf(g.stderr, "wsfs: serving %s at %s\n", name, mp)
+
+	select {
+	case <-ctx.Done():
+		lg.Info("signal received: committing and unmounting")
+		start := time.Now()
+		uerr := srv.Unmount()
+		cerr := closeWS()
+		if err := errors.Join(uerr, cerr); err != nil {
+			return err
+		}
+		lg.Info("unmounted cleanly", "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	case <-srv.Done():
+		// Unmounted from outside (umount, fusermount -u).
+		cerr := closeWS()
+		lg.Warn("the mount was removed from outside; committed and closed", "mountpoint", mp)
+		return cerr
+	}
+}
+
+// classifyOpenError maps workspace.Open failures to exit codes.
+func classifyOpenError(name string, err error) error {
+	var ce *seglog.CorruptError
+	var co *pool.CorruptObjectError
+	switch {
+	case errors.As(err, &co):
+		return corruptError{fmt.Errorf("workspace %s: %w", name, err)}
+	case errors.Is(err, vfs.ErrLocked):
+		return preconditionError{err} // the engine's message names the lock and says what to do
+	case errors.As(err, &ce):
+		return corruptError{fmt.Errorf("workspace %s: %w", name, err)}
+	}
+	return fmt.Errorf("open workspace %s: %w", name, err)
+}
+
+// writeReadyFile creates path atomically, holding the mount point.
+func writeReadyFile(path, mp string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(mp+"\n"), 0o644); err != nil {
+		return fmt.Errorf("ready file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("ready file: %w", err)
+	}
+	return nil
+}
+
