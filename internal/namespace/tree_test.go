@@ -2,7 +2,10 @@ package namespace
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -166,5 +169,50 @@ func TestDecodeCheckpointCorrupt(t *testing.T) {
 		if _, err := DecodeCheckpoint(ck[:i]); !errors.Is(err, ErrBadCheckpoint) {
 			t.Fatalf("prefix %d: err = %v", i, err)
 		}
+	}
+}
+
+// TestCheckpointGolden freezes the checkpoint format (version 1): a tree
+// built from sampleTreeRecords must encode to testdata/checkpoint-v1.golden
+// byte for byte, and that file must keep decoding.
+func TestCheckpointGolden(t *testing.T) {
+	var id ObjectID
+	for i := range id {
+		id[i] = byte(255 - i)
+	}
+	tr := build(t,
+		mkdir(2, 1, "dir"), create(3, 2, "inline"),
+		&Record{Op: OpSetContent, Ino: 3, Size: 5, Mtime: 20, Time: 21, Content: Content{Inline: []byte("bytes")}},
+		create(4, 1, "object"),
+		&Record{Op: OpSetContent, Ino: 4, Size: 1 << 20, Mtime: 22, Time: 23, Content: Content{IsObject: true, Object: id}},
+		&Record{Op: OpLink, Ino: 4, Parent: 2, Name: "hard", Time: 24},
+		&Record{Op: OpSymlink, Ino: 5, Parent: 1, Name: "sl", Target: "dir/inline", Uid: 7, Gid: 8, Time: 25},
+		&Record{Op: OpCreate, Ino: 6, Parent: 1, Name: "blk", Mode: S_IFBLK | 0o660, Rdev: 0x0801, Time: 26},
+		&Record{Op: OpSetXattr, Ino: 2, Name: "user.x", Value: []byte{1, 2}, Time: 27},
+	)
+	got := tr.EncodeCheckpoint()
+	path := filepath.Join("testdata", "checkpoint-v1.golden")
+	if os.Getenv("WSFS_UPDATE_GOLDEN") == "1" {
+		if err := os.WriteFile(path, []byte(hex.EncodeToString(got)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with WSFS_UPDATE_GOLDEN=1 once to create it)", err)
+	}
+	raw, err := hex.DecodeString(strings.TrimSpace(string(want)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw) != string(got) {
+		t.Fatalf("checkpoint encoding changed; version 1 is frozen.\n got %x\nwant %x", got, raw)
+	}
+	back, err := DecodeCheckpoint(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if DumpString(back.Dump(sum)) != DumpString(tr.Dump(sum)) {
+		t.Fatal("golden checkpoint decodes to a different tree")
 	}
 }
