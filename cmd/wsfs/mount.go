@@ -203,4 +203,3 @@ func writeReadyFile(path, mp string) error {
 	}
 	return nil
 }
-
