@@ -1,0 +1,283 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kill test bounds.
+const (
+	killMinDelay    = 50 * time.Millisecond
+	killMaxDelay    = 500 * time.Millisecond
+	workloadTimeout = 30 * time.Second // the workload must stop this soon after the kill
+	maxKillOps      = 20000            // a round never runs more ops than this
+)
+
+// TestKill runs the kill workload, SIGKILLs the daemon at a random moment
+// (50-500 ms in), lazily unmounts, mounts the workspace again and requires:
+//
+//   - every file whose fsync returned is intact (its content hash), and
+//   - the round's tree equals the model after some op prefix k with
+//     acked <= k <= started, where acked covers the last op whose fsync
+//     returned and started counts every op begun (the last may be lost);
+//     the one op in flight, a create, may show its file with a prefix of
+//     its content;
+//   - the directories of all earlier rounds are unchanged.
+//
+// Each round works in its own directory of one workspace, so every round
+// also recovers all the earlier rounds' crashes. The native target runs the
+// same rounds with the workload stopped instead of killed, which checks the
+// model and the checker. Prints "kill rounds: N, violations: V".
+func TestKill(t *testing.T) {
+	rounds := 30
+	if testing.Short() {
+		rounds = 6
+	}
+	forEachTarget(t, mountOpts{}, func(t *testing.T, tg *target) {
+		seed := testSeed(t)
+		r := rand.New(rand.NewSource(seed))
+		if tg.kind == kindNative {
+			rounds = min(rounds, 6)
+		}
+		var prev tree // earlier rounds, as checked
+		violations, totalOps, totalAcked := 0, 0, 0
+		var spans []int // k - acked per round
+		for round := range rounds {
+			dir := fmt.Sprintf("r%03d", round)
+			if err := os.Mkdir(filepath.Join(tg.root, dir), 0o755); err != nil {
+				t.Fatalf("round %d: mkdir %s: %v", round, dir, err)
+			}
+			if err := fsyncAt(unix.AT_FDCWD, tg.root); err != nil {
+				t.Fatalf("round %d: fsync of the mount root: %v", round, err)
+			}
+			rseed := seed + int64(round)
+			delay := killMinDelay + time.Duration(r.Int63n(int64(killMaxDelay-killMinDelay)))
+			j := startKillWorkload(t, filepath.Join(tg.root, dir), rseed, tg.kind == kindNative)
+			time.Sleep(delay)
+			j.killed.Store(true)
+			if tg.kind == kindWsfs {
+				tg.stop(true)
+			}
+			if err := j.wait(workloadTimeout); err != nil {
+				t.Fatalf("round %d (seed %d): %v", round, rseed, err)
+			}
+			if j.failedEarly != nil {
+				t.Fatalf("round %d (seed %d): the workload failed before the kill: %v", round, rseed, j.failedEarly)
+			}
+			if tg.kind == kindWsfs {
+				tg.mnt.mountpoint = ""
+				tg.root, tg.stop = mountWorkspace(t, tg.mnt)
+			}
+
+			k, problems := checkKillRound(filepath.Join(tg.root, dir), j)
+			if others := checkEarlierRounds(tg.root, dir, prev); len(others) > 0 {
+				problems = append(problems, others...)
+			}
+			totalOps += j.started
+			totalAcked += j.acked
+			if len(problems) > 0 {
+				violations++
+				t.Errorf("round %d (seed %d, kill after %v, %d ops started, fsync acknowledged through op %d):\n  %s\n(replay: go test -run 'TestKill/%s' -e2e.seed=%d ./e2e)",
+					round, rseed, delay, j.started, j.acked-1, strings.Join(problems, "\n  "), tg.kind, seed)
+			} else {
+				spans = append(spans, k-j.acked)
+			}
+			var err error
+			if prev, err = snapshot(tg.root, snapOpts{dirLink: true}); err != nil {
+				t.Fatalf("round %d: snapshot after the check: %v", round, err)
+			}
+		}
+
+		// A clean unmount and mount keep what the rounds recovered.
+		tg.remount(t)
+		if others := checkEarlierRounds(tg.root, "", prev); len(others) > 0 {
+			violations++
+			t.Errorf("after the last round and a clean remount:\n  %s", strings.Join(others, "\n  "))
+		}
+		t.Logf("kill rounds: %d, violations: %d", rounds, violations)
+		t.Logf("ops started: %d, covered by an acknowledged fsync: %d; recovered prefix beyond the last acknowledged op, per round: %v",
+			totalOps, totalAcked, spans)
+	})
+}
+
+// killJournal is what the workload records, in the test process (outside
+// the mount), about its progress.
+type killJournal struct {
+	killed      atomic.Bool // set just before the daemon is killed
+	done        chan struct{}
+	ops         []killOp // every op started; written by the workload only until done
+	started     int      // ops begun (ops[:started])
+	acked       int      // ops[:acked] are covered by a returned fsync
+	ended       error    // the error that ended the workload after the kill
+	failedEarly error    // an op failed while the daemon was alive
+}
+
+// startKillWorkload runs the ops of seed in dir, in a goroutine, until one
+// fails (on a mount: the daemon was killed, so the next op fails as it
+// would for an agent) or, with stopOnKill (native: nothing to kill),
+// until killed is set.
+func startKillWorkload(t *testing.T, dir string, seed int64, stopOnKill bool) *killJournal {
+	t.Helper()
+	dirfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open round directory %s: %v", dir, err)
+	}
+	j := &killJournal{done: make(chan struct{})}
+	g := newKillGen(seed)
+	go func() {
+		defer close(j.done)
+		defer unix.Close(dirfd)
+		for j.started < maxKillOps {
+			if stopOnKill && j.killed.Load() {
+				return
+			}
+			op := g.next()
+			j.ops = append(j.ops, op)
+			j.started++
+			err := op.exec(dirfd)
+			if err == nil && op.fsync != "" {
+				if err = fsyncAt(dirfd, op.fsync); err == nil {
+					j.acked = op.i + 1
+				}
+			}
+			if err != nil {
+				if j.killed.Load() {
+					j.ended = fmt.Errorf("%v: %w", op, err)
+				} else {
+					j.failedEarly = fmt.Errorf("%v: %w", op, err)
+				}
+				return
+			}
+		}
+	}()
+	return j
+}
+
+// wait waits for the workload to end, bounded.
+func (j *killJournal) wait(timeout time.Duration) error {
+	select {
+	case <-j.done:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("the workload did not stop within %v of the kill (a system call hangs on the dead mount)", timeout)
+	}
+}
+
+// checkKillRound compares the recovered round directory with the model
+// after each op prefix k in [acked, started] and returns the k that
+// matched, or the problems found.
+func checkKillRound(dir string, j *killJournal) (int, []string) {
+	got, err := snapshot(dir, snapOpts{dirLink: true})
+	if err != nil {
+		return 0, []string{fmt.Sprintf("snapshot of the recovered round: %v", err)}
+	}
+	m := newKModel()
+	for _, op := range j.ops[:j.acked] {
+		m.apply(op)
+	}
+	var models []tree // models[k-acked]
+	var diffs [][]string
+	for k := j.acked; k <= j.started; k++ {
+		want := m.tree()
+		models = append(models, want)
+		g := got
+		if k < j.started {
+			g = allowPartialCreate(got, want, j.ops[k])
+		}
+		d := diffTrees(want, g, 15)
+		if len(d) == 0 {
+			return k, nil
+		}
+		diffs = append(diffs, d)
+		if k < j.started {
+			m.apply(j.ops[k])
+		}
+	}
+
+	// No prefix matched: say which fsynced files are damaged (those the
+	// in-flight ops cannot have changed), then the nearest differences.
+	var problems []string
+	for _, op := range j.ops[:j.acked] {
+		if op.fsync == "" || op.fsync == "." {
+			continue
+		}
+		p := op.fsync
+		stable := true
+		for _, mt := range models[1:] {
+			if mt[p].diff(models[0][p]) != "" {
+				stable = false
+			}
+		}
+		if w, ok := models[0][p]; stable && ok && w.Type == 'f' && w.diff(got[p]) != "" {
+			problems = append(problems, fmt.Sprintf("file %s (fsync returned after %v) is not intact: %s", p, op, w.diff(got[p])))
+		}
+	}
+	problems = append(problems, fmt.Sprintf("the recovered tree is no prefix k in [%d, %d] of the op list", j.acked, j.started))
+	for i, d := range diffs {
+		problems = append(problems, fmt.Sprintf("vs. the model after %d ops: %s", j.acked+i, strings.Join(d, "; ")))
+	}
+	lo := max(0, j.acked-3)
+	for _, op := range j.ops[lo:j.started] {
+		problems = append(problems, "  "+op.String())
+	}
+	if j.ended != nil {
+		problems = append(problems, "workload ended with: "+j.ended.Error())
+	}
+	return 0, problems
+}
+
+// allowPartialCreate: if op (the next, possibly in-flight op) creates a
+// file the model does not have yet, and the recovered tree holds it with a
+// prefix of its content, the file is removed from the copy of got that is
+// compared (a crash may land between the create and its write).
+func allowPartialCreate(got, want tree, op killOp) tree {
+	if op.kind != "create" {
+		return got
+	}
+	e, ok := got[op.path]
+	if _, inModel := want[op.path]; inModel || !ok || e.Type != 'f' || e.Size > int64(len(op.data)) ||
+		e.Hash != hashBytes(op.data[:e.Size]) || e.Perm != op.mode || e.Nlink != 1 {
+		return got
+	}
+	g := make(tree, len(got))
+	for p, x := range got {
+		if p != op.path {
+			g[p] = x
+		}
+	}
+	return g
+}
+
+// checkEarlierRounds compares the tree at root, without the directory
+// current and the root itself, with prev (the same filter applied).
+func checkEarlierRounds(root, current string, prev tree) []string {
+	if prev == nil {
+		return nil
+	}
+	skip := func(rel string) bool { return current != "" && rel == current }
+	now, err := snapshot(root, snapOpts{dirLink: true, skip: skip})
+	if err != nil {
+		return []string{fmt.Sprintf("snapshot of earlier rounds: %v", err)}
+	}
+	was := tree{}
+	for p, e := range prev {
+		if p != "." && !(current != "" && (p == current || strings.HasPrefix(p, current+"/"))) {
+			was[p] = e
+		}
+	}
+	delete(now, ".")
+	var out []string
+	for _, d := range diffTrees(was, now, 15) {
+		out = append(out, "earlier round changed: "+d)
+	}
+	return out
+}
+
