@@ -29,11 +29,11 @@ func (a *armed) MaybeError(op vfs.Op, path string) error {
 // leaves of the victim file is whole (empty or all of it), never torn.
 func TestFaults(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		rule      func() *errorfs.Rule
-		size      int
-		step      string // where the first error shows: write, flush, fsync
-		sticky    bool   // the log failed: the workspace must stay failed
+		name   string
+		rule   func() *errorfs.Rule
+		size   int
+		step   string // where the first error shows: write, flush, fsync
+		sticky bool   // the log failed: the workspace must stay failed
 	}{
 		{"object syncdata EIO", func() *errorfs.Rule { return errorfs.Always(errorfs.OpSyncData, "/pool/objects/", syscall.EIO) }, 500, "fsync", false},
 		{"object syncdata EIO once", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpSyncData, "/pool/objects/", 1, syscall.EIO) }, 500, "fsync", false},

@@ -16,7 +16,7 @@ import (
 
 // env is a host for one workspace: an FS, a pool, and options to open with.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	fs   vfs.FS
 	root string
 	pool *pool.Pool
@@ -26,7 +26,7 @@ type env struct {
 // quiet discards logs in tests unless they fail.
 var quiet = slog.New(slog.DiscardHandler)
 
-func newEnv(t *testing.T, fs vfs.FS, root string) *env {
+func newEnv(t testing.TB, fs vfs.FS, root string) *env {
 	t.Helper()
 	// The host directory is made durable first, as host setup does: the
 	// pool syncs only its own directory.
@@ -44,7 +44,7 @@ func newEnv(t *testing.T, fs vfs.FS, root string) *env {
 }
 
 func memEnv(t *testing.T) *env  { return newEnv(t, vfs.NewCrashableMem(), "/host") }
-func diskEnv(t *testing.T) *env { return newEnv(t, vfs.Default, t.TempDir()) }
+func diskEnv(t testing.TB) *env { return newEnv(t, vfs.Default, t.TempDir()) }
 
 // envs runs f against MemFS and the OS file system.
 func envs(t *testing.T, f func(t *testing.T, e *env)) {

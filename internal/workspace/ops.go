@@ -11,9 +11,9 @@ import (
 // live is the in-memory-only state of an inode (namespace.Inode.Aux),
 // guarded by the inode's Mu.
 type live struct {
-	lookups uint64 // kernel lookup count
-	opens   int    // open handles
-	dirty   *dirty // unflushed content shared by all handles; nil when clean
+	lookups uint64   // kernel lookup count
+	opens   int      // open handles
+	dirty   *dirty   // unflushed content shared by all handles; nil when clean
 	obj     *objFile // cached object of clean content; nil if none
 }
 
