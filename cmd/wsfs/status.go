@@ -26,9 +26,10 @@ One line per workspace of the host:
   MOUNTED   whether its mount point (HOME/mnt/NAME) is mounted (mount table)
   GROUP     last committed group, AGE since it committed, PENDING records
             (from the daemon's status file, rewritten every second)
-  REPLICA   last transaction of the agent state database the replica has,
-            LAG transactions behind and time since the last successful sync
-            (from the sidecar's status file)
+  REPLICA   last Litestream transaction (TXID) of the agent state database
+            the replica has; LAG: Litestream transactions not yet uploaded
+            (each covers the SQLite transactions of one sync interval) and
+            time since the last successful sync (sidecar's status file)
   NOTE      failures, stale status files (process not running), restarts
 
 "-" means unknown (no status file yet).`

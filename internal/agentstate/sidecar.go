@@ -49,8 +49,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Position is a confirmed replica position: every transaction up to TXID is
-// in the replica.
+// Position is a confirmed replica position: every Litestream transaction up
+// to TXID (and so every SQLite transaction they cover) is in the replica.
 type Position struct {
 	TXID uint64    `json:"txid"`
 	At   time.Time `json:"at"` // when it was confirmed
@@ -66,11 +66,13 @@ type Status struct {
 	PID       int    `json:"pid"`
 	DB        string `json:"db"`
 	Replica   string `json:"replica"`
-	// LocalTXID is the last transaction Litestream has taken from the WAL
-	// (not counting frames committed since its last look, at most one
-	// SyncInterval ago).
+	// LocalTXID is the last Litestream transaction (one LTX file; it covers
+	// every SQLite transaction committed since Litestream's previous look at
+	// the WAL, at most one SyncInterval ago). Litestream TXIDs count syncs,
+	// not SQLite transactions.
 	LocalTXID uint64 `json:"local_txid"`
-	// ReplicaTXID is the last transaction acknowledged by the replica.
+	// ReplicaTXID is the last Litestream transaction the replica has
+	// acknowledged.
 	ReplicaTXID uint64 `json:"replica_txid"`
 	// LastSyncAt is the last time a replica sync succeeded (zero: never).
 	LastSyncAt time.Time `json:"last_sync_at"`
@@ -81,8 +83,8 @@ type Status struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Lag is the number of transactions taken from the WAL but not yet in the
-// replica.
+// Lag is the number of Litestream transactions (LTX files) taken from the
+// WAL but not yet acknowledged by the replica.
 func (s Status) Lag() uint64 {
 	if s.LocalTXID > s.ReplicaTXID {
 		return s.LocalTXID - s.ReplicaTXID

@@ -144,7 +144,7 @@ func (w WorkspaceStatus) Columns(now time.Time) []string {
 	}
 	if s := w.Sidecar; s != nil {
 		replica = fmt.Sprintf("txid %d", s.ReplicaTXID)
-		l := fmt.Sprintf("%d tx", s.Lag())
+		l := fmt.Sprintf("%d ltx", s.Lag())
 		if !s.LastSyncAt.IsZero() {
 			l += ", synced " + FormatAge(now.Sub(s.LastSyncAt)) + " ago"
 		}
