@@ -384,6 +384,14 @@ func TestSidecarKilledMidStreamResumes(t *testing.T) {
 func TestUnreachableReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// Static credentials: the SDK must not go looking for instance metadata.
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	// With AWS_CA_BUNDLE set, Litestream v0.5.18's S3 client fails to load
+	// its config at all ("unable to add custom RootCAs HTTPClient"); clear
+	// it so the test reaches the network.
+	t.Setenv("AWS_CA_BUNDLE", "")
 	blocker := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -392,9 +400,12 @@ func TestUnreachableReplica(t *testing.T) {
 		{filepath.Join(blocker, "replica"), "cannot be reached"},
 		{"file://" + filepath.Join(blocker, "replica"), "cannot be reached"},
 		{"nosuch://bucket/path", `scheme "nosuch" is not compiled into this wsfs`},
+		// An S3-compatible endpoint where nothing listens.
+		{"s3://wsfs-test/ws-1?endpoint=http://127.0.0.1:1&region=us-east-1", "cannot be reached"},
 	} {
 		opts := testOptions(t)
 		opts.ReplicaURL = tc.url
+		opts.CheckTimeout = 20 * time.Second
 		s, err := Start(ctx, opts)
 		if err == nil {
 			s.Close(ctx)
@@ -403,6 +414,11 @@ func TestUnreachableReplica(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Start with replica %s: %v, want it to say %q", tc.url, err, tc.want)
+		}
+		t.Logf("replica %s: %v", tc.url, err)
+		// The agent's database exists anyway, so the agent can work locally.
+		if _, err := os.Stat(opts.DBPath); err != nil {
+			t.Errorf("replica %s unreachable: agent database not created: %v", tc.url, err)
 		}
 	}
 }

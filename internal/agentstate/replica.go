@@ -18,14 +18,9 @@ import (
 	"wsfs/internal/vfs"
 )
 
-// ReplicaSchemes are the replica URL schemes compiled into this binary.
-// Litestream registers a scheme when its backend package is imported; this
-// build imports the file backend only (the others pull in large cloud SDKs).
-// Adding one is a blank import of github.com/benbjohnson/litestream/<scheme>.
-func ReplicaSchemes() []string {
-	// litestream keeps its registry private; the imports above are the truth.
-	return []string{"file"}
-}
+// ReplicaSchemes are the replica URL schemes compiled into this binary (see
+// backends.go; Litestream keeps its registry private).
+func ReplicaSchemes() []string { return []string{"file", "s3"} }
 
 // ConfigSection is the optional "agent_state" section of HOME/wsfs.json:
 //
