@@ -417,6 +417,12 @@ func (r *rawFS) finishOpen(ino workspace.Ino, flags int, h *workspace.Handle, a 
 		}
 		return err
 	}
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		// No FLUSH at close(2) of a read-only descriptor: it has nothing
+		// to publish (a writer's own close publishes its writes), so the
+		// close costs no synchronous round trip.
+		out.OpenFlags |= fuse.FOPEN_NOFLUSH
+	}
 	fh := r.nextFh.Add(1)
 	r.files.Store(fh, of)
 	out.Fh = fh

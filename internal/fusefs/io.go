@@ -38,9 +38,10 @@ const (
 //     for "file busy in a way that forbids this open". This is why
 //     passthrough is off by default (Options.Passthrough).
 //   - Otherwise the open is cached, and keeps the kernel's page cache
-//     (FOPEN_KEEP_CACHE) when the size and mtime are those seen at the
-//     previous open: the cache can only hold what this kernel read or
-//     wrote, and unchanged stamps mean nothing was written around it.
+//     (FOPEN_KEEP_CACHE) when the size and mtime are those recorded at the
+//     previous cached open or release: the cache can only hold what this
+//     kernel read or wrote, and unchanged stamps mean nothing was written
+//     around it.
 //
 // The kernel drops an open's I/O mode before it sends RELEASE, so counting
 // at OPEN and RELEASE is conservative: a stale count can only make an open
@@ -128,7 +129,17 @@ func (r *rawFS) tryPassthrough(of *openFile, st *inodeIO, out *fuse.OpenOut) boo
 	return true
 }
 
+// releaseIO undoes chooseIO for a released handle. A cached handle leaves
+// its inode's stamp at the attributes after its last write: every write
+// passed through the kernel's page cache, so the cache matches them, and
+// the next open may keep it (a file written, closed and read back is read
+// from the cache).
 func (r *rawFS) releaseIO(of *openFile) {
+	var a workspace.Attr
+	var aerr error
+	if of.mode == ioCached {
+		a, aerr = r.ws.GetAttr(of.ino)
+	}
 	r.ioMu.Lock()
 	defer r.ioMu.Unlock()
 	st := r.ioMu.inodes[of.ino]
@@ -138,6 +149,11 @@ func (r *rawFS) releaseIO(of *openFile) {
 	switch of.mode {
 	case ioCached:
 		st.cached--
+		if aerr == nil {
+			st.stamp, st.haveStamp = cacheStamp{size: a.Size, mtime: a.Mtime}, true
+		} else {
+			st.haveStamp = false
+		}
 	case ioPassthrough:
 		st.passthrough--
 		if st.passthrough == 0 {

@@ -1,0 +1,178 @@
+package fusefs
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"wsfs/internal/metrics"
+)
+
+// BenchmarkSmallFiles measures the mount options on the workload that
+// dominates an agent's: 2,000 files of 4 KiB written, read back at once
+// (page cache warm), stat'ed and read again after 1.2 s idle (beyond a 1 s
+// entry/attribute timeout), and read after a remount (cold). Run with
+// -benchtime=1x; the numbers in docs/benchmarks.md and mount.go come from
+// it. Each reported metric is microseconds per file.
+func BenchmarkSmallFiles(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"timeout=1s", Options{EntryTimeout: time.Second, AttrTimeout: time.Second, NegativeTimeout: time.Second}},
+		{"timeout=60s", Options{}},
+		{"timeout=60s/writeback", Options{Writeback: true}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m := metrics.New("bench")
+			c.opts.Metrics = m
+			e := newEnv(b, c.opts)
+			data := bytes.Repeat([]byte("0123456789abcdef"), 256)
+			var reqs [4]float64 // FUSE requests per phase
+			const n = 2000
+			var create, warm, idle, cold time.Duration
+			for i := 0; i < b.N; i++ {
+				d := e.path(fmt.Sprintf("run%d", i))
+				if err := os.Mkdir(d, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				names := make([]string, n)
+				for j := range names {
+					names[j] = filepath.Join(d, fmt.Sprintf("f%05d", j))
+				}
+				r0 := totalOps(b, m)
+				start := time.Now()
+				for _, p := range names {
+					if err := os.WriteFile(p, data, 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}
+				create += time.Since(start)
+				r1 := totalOps(b, m)
+
+				start = time.Now()
+				readAll(b, names, len(data))
+				warm += time.Since(start)
+				r2 := totalOps(b, m)
+
+				time.Sleep(1200 * time.Millisecond)
+				r3 := totalOps(b, m)
+				start = time.Now()
+				for _, p := range names {
+					if _, err := os.Stat(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				readAll(b, names, len(data))
+				idle += time.Since(start)
+				r4 := totalOps(b, m)
+
+				e.remount()
+				r5 := totalOps(b, m)
+				start = time.Now()
+				readAll(b, names, len(data))
+				cold += time.Since(start)
+				r6 := totalOps(b, m)
+				reqs[0] += r1 - r0
+				reqs[1] += r2 - r1
+				reqs[2] += r4 - r3
+				reqs[3] += r6 - r5
+			}
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N*n) }
+			b.ReportMetric(per(create), "create-us/file")
+			b.ReportMetric(per(warm), "read-warm-us/file")
+			b.ReportMetric(per(idle), "stat+read-after-idle-us/file")
+			b.ReportMetric(per(cold), "read-cold-us/file")
+			for i, name := range []string{"create", "read-warm", "stat+read-after-idle", "read-cold"} {
+				b.ReportMetric(reqs[i]/float64(b.N*n), name+"-reqs/file")
+			}
+		})
+	}
+}
+
+// totalOps sums wsfs_fuse_ops_total over all operations.
+func totalOps(b *testing.B, m *metrics.Metrics) float64 {
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == "wsfs_fuse_ops_total" {
+			for _, mt := range mf.GetMetric() {
+				sum += mt.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func readAll(b *testing.B, names []string, size int) {
+	buf := make([]byte, size+1)
+	for _, p := range names {
+		f, err := os.Open(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := io.ReadFull(f, buf)
+		f.Close()
+		if m != size || err != io.ErrUnexpectedEOF {
+			b.Fatalf("%s: read %d bytes (%v)", p, m, err)
+		}
+	}
+}
+
+// BenchmarkLargeRead reads a 64 MiB pooled file after a remount (cold page
+// cache) with and without passthrough; b.SetBytes makes it report MB/s.
+func BenchmarkLargeRead(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"daemon", Options{}},
+		{"passthrough", Options{Passthrough: true}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e := newEnv(b, c.opts)
+			const size = 64 << 20
+			p := e.path("big")
+			if err := os.WriteFile(p, bytes.Repeat([]byte("wsfs"), size/4), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			buf := make([]byte, 1<<20)
+			b.SetBytes(size)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				e.remount()
+				b.StartTimer()
+				f, err := os.Open(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total := 0
+				for {
+					m, err := f.Read(buf)
+					total += m
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				f.Close()
+				if total != size {
+					b.Fatalf("read %d bytes", total)
+				}
+			}
+			if c.opts.Passthrough && e.srv.fs.passthroughOff.Load() {
+				b.Log("kernel refused passthrough: this measured the daemon path")
+			}
+		})
+	}
+}
