@@ -3,6 +3,7 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestDifferential(t *testing.T) {
 	forEachTarget(t, mountOpts{}, func(t *testing.T, tg *target) {
 		seed := testSeed(t)
 		ref := t.TempDir()
-		r := rand.New(rand.NewSource(seed))
+		r := &diffGen{Rand: rand.New(rand.NewSource(seed)), ref: ref}
 		got, want := newSide(tg.root), newSide(ref)
 		defer got.closeAll()
 		defer want.closeAll()
@@ -139,6 +140,62 @@ func errno(err error) string {
 // existing files, directories and links.
 var diffNames = []string{"a", "b", "c", "d"}
 
+// diffGen draws ops: half of the paths name an entry that exists in the
+// reference tree (read before each op; it is a function of the seed), the
+// rest come from the small name space.
+type diffGen struct {
+	*rand.Rand
+	ref      string
+	existing []string // every path
+	files    []string // regular files
+	dirs     []string // directories, "." included
+}
+
+// refresh lists the reference tree's paths, sorted.
+func (g *diffGen) refresh() {
+	g.existing, g.files, g.dirs = g.existing[:0], g.files[:0], g.dirs[:0]
+	filepath.WalkDir(g.ref, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(g.ref, p)
+		switch {
+		case d.IsDir():
+			g.dirs = append(g.dirs, rel)
+		case d.Type().IsRegular():
+			g.files = append(g.files, rel)
+		}
+		if rel != "." {
+			g.existing = append(g.existing, rel)
+		}
+		return nil
+	})
+}
+
+// file names an existing regular file two times in three.
+func (g *diffGen) file() string {
+	if len(g.files) > 0 && g.Intn(3) != 0 {
+		return g.files[g.Intn(len(g.files))]
+	}
+	return g.path()
+}
+
+// newPath names an entry in an existing directory two times in three
+// (it may exist already).
+func (g *diffGen) newPath() string {
+	if g.Intn(3) != 0 {
+		return filepath.Join(g.dirs[g.Intn(len(g.dirs))], diffNames[g.Intn(len(diffNames))])
+	}
+	return g.path()
+}
+
+func (g *diffGen) path() string {
+	if len(g.existing) > 0 && g.Intn(2) == 0 {
+		return g.existing[g.Intn(len(g.existing))]
+	}
+	return randPath(g.Rand)
+}
+
 func randPath(r *rand.Rand) string {
 	depth := 1 // 50 %; 2: 35 %; 3: 15 %
 	switch x := r.Intn(20); {
@@ -156,7 +213,7 @@ func randPath(r *rand.Rand) string {
 
 // randSize picks a size around the interesting boundaries: small, a few
 // pages, the inline limit (64 KiB) and beyond.
-func randSize(r *rand.Rand) int {
+func randSize(r intner) int {
 	switch r.Intn(8) {
 	case 0:
 		return 0
@@ -171,13 +228,16 @@ func randSize(r *rand.Rand) int {
 	}
 }
 
-func randData(r *rand.Rand, n int) []byte {
+// intner is a *rand.Rand or a diffGen.
+type intner interface{ Intn(int) int }
+
+func randData(r io.Reader, n int) []byte {
 	b := make([]byte, n)
 	r.Read(b)
 	return b
 }
 
-func randMode(r *rand.Rand) uint32 {
+func randMode(r intner) uint32 {
 	modes := []uint32{0o644, 0o600, 0o755, 0o700, 0o444, 0o4755, 0o1777, 0o640}
 	return modes[r.Intn(len(modes))]
 }
@@ -207,7 +267,7 @@ func preadAll(fd int) string {
 
 type weighted struct {
 	w   int
-	gen func(r *rand.Rand) diffOp
+	gen func(r *diffGen) diffOp
 }
 
 var diffOps = []weighted{
@@ -220,7 +280,8 @@ var diffOps = []weighted{
 	{3, genXattr},
 }
 
-func genDiffOp(r *rand.Rand) diffOp {
+func genDiffOp(r *diffGen) diffOp {
+	r.refresh()
 	total := 0
 	for _, o := range diffOps {
 		total += o.w
@@ -235,8 +296,8 @@ func genDiffOp(r *rand.Rand) diffOp {
 	panic("unreachable")
 }
 
-func genCreate(r *rand.Rand) diffOp {
-	p, mode := randPath(r), randMode(r)&0o777
+func genCreate(r *diffGen) diffOp {
+	p, mode := r.newPath(), randMode(r)&0o777
 	flags := unix.O_CREAT | unix.O_WRONLY
 	switch r.Intn(3) {
 	case 0:
@@ -255,8 +316,8 @@ func genCreate(r *rand.Rand) diffOp {
 	}}
 }
 
-func genWriteAt(r *rand.Rand) diffOp {
-	p, off := randPath(r), int64(randSize(r))
+func genWriteAt(r *diffGen) diffOp {
+	p, off := r.file(), int64(randSize(r))
 	data := randData(r, 1+randSize(r)/2)
 	return diffOp{fmt.Sprintf("pwrite %s off %d len %d", p, off, len(data)), func(s *side) string {
 		fd, err := unix.Open(s.path(p), unix.O_WRONLY, 0)
@@ -268,8 +329,8 @@ func genWriteAt(r *rand.Rand) diffOp {
 	}}
 }
 
-func genAppend(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genAppend(r *diffGen) diffOp {
+	p := r.file()
 	data := randData(r, 1+r.Intn(5000))
 	return diffOp{fmt.Sprintf("append %s len %d", p, len(data)), func(s *side) string {
 		fd, err := unix.Open(s.path(p), unix.O_WRONLY|unix.O_APPEND, 0)
@@ -283,15 +344,15 @@ func genAppend(r *rand.Rand) diffOp {
 	}}
 }
 
-func genTruncate(r *rand.Rand) diffOp {
-	p, size := randPath(r), int64(randSize(r))
+func genTruncate(r *diffGen) diffOp {
+	p, size := r.file(), int64(randSize(r))
 	return diffOp{fmt.Sprintf("truncate %s %d", p, size), func(s *side) string {
 		return errno(unix.Truncate(s.path(p), size))
 	}}
 }
 
-func genRename(r *rand.Rand) diffOp {
-	from, to := randPath(r), randPath(r)
+func genRename(r *diffGen) diffOp {
+	from, to := r.path(), r.newPath()
 	flags, name := 0, "rename"
 	switch r.Intn(10) {
 	case 0:
@@ -304,49 +365,49 @@ func genRename(r *rand.Rand) diffOp {
 	}}
 }
 
-func genLink(r *rand.Rand) diffOp {
-	from, to := randPath(r), randPath(r)
+func genLink(r *diffGen) diffOp {
+	from, to := r.file(), r.newPath()
 	return diffOp{fmt.Sprintf("link %s %s", from, to), func(s *side) string {
 		return errno(unix.Link(s.path(from), s.path(to)))
 	}}
 }
 
-func genUnlink(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genUnlink(r *diffGen) diffOp {
+	p := r.path()
 	return diffOp{"unlink " + p, func(s *side) string { return errno(unix.Unlink(s.path(p))) }}
 }
 
-func genMkdir(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genMkdir(r *diffGen) diffOp {
+	p := r.newPath()
 	mode := []uint32{0o755, 0o700, 0o777, 0o1777}[r.Intn(4)]
 	return diffOp{fmt.Sprintf("mkdir %s %#o", p, mode), func(s *side) string {
 		return errno(unix.Mkdir(s.path(p), mode))
 	}}
 }
 
-func genRmdir(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genRmdir(r *diffGen) diffOp {
+	p := r.path()
 	return diffOp{"rmdir " + p, func(s *side) string { return errno(unix.Rmdir(s.path(p))) }}
 }
 
-func genSymlink(r *rand.Rand) diffOp {
+func genSymlink(r *diffGen) diffOp {
 	// Targets are relative names without "..", so nothing resolves outside
 	// the tree under test.
-	target, p := randPath(r), randPath(r)
+	target, p := r.path(), r.newPath()
 	return diffOp{fmt.Sprintf("symlink %s -> %s", p, target), func(s *side) string {
 		return errno(unix.Symlink(target, s.path(p)))
 	}}
 }
 
-func genChmod(r *rand.Rand) diffOp {
-	p, mode := randPath(r), randMode(r)
+func genChmod(r *diffGen) diffOp {
+	p, mode := r.path(), randMode(r)
 	return diffOp{fmt.Sprintf("chmod %s %#o", p, mode), func(s *side) string {
 		return errno(unix.Chmod(s.path(p), mode))
 	}}
 }
 
-func genUtimes(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genUtimes(r *diffGen) diffOp {
+	p := r.path()
 	at := unix.NsecToTimespec(1_600_000_000_000_000_000 + r.Int63n(1e17))
 	mt := unix.NsecToTimespec(1_600_000_000_000_000_000 + r.Int63n(1e17))
 	return diffOp{fmt.Sprintf("utimes %s", p), func(s *side) string {
@@ -361,8 +422,8 @@ func genUtimes(r *rand.Rand) diffOp {
 	}}
 }
 
-func genReaddir(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genReaddir(r *diffGen) diffOp {
+	p := r.path()
 	if r.Intn(5) == 0 {
 		p = "."
 	}
@@ -380,8 +441,8 @@ func genReaddir(r *rand.Rand) diffOp {
 	}}
 }
 
-func genRead(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genRead(r *diffGen) diffOp {
+	p := r.file()
 	return diffOp{"read " + p, func(s *side) string {
 		b, err := os.ReadFile(s.path(p))
 		if err != nil {
@@ -391,8 +452,8 @@ func genRead(r *rand.Rand) diffOp {
 	}}
 }
 
-func genFsync(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genFsync(r *diffGen) diffOp {
+	p := r.path()
 	return diffOp{"fsync " + p, func(s *side) string {
 		fd, err := unix.Open(s.path(p), unix.O_RDONLY, 0)
 		if err != nil {
@@ -403,8 +464,8 @@ func genFsync(r *rand.Rand) diffOp {
 	}}
 }
 
-func genOpenUnlinkRead(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genOpenUnlinkRead(r *diffGen) diffOp {
+	p := r.file()
 	data := randData(r, randSize(r))
 	return diffOp{fmt.Sprintf("open-unlink-write-read %s len %d", p, len(data)), func(s *side) string {
 		fd, err := unix.Open(s.path(p), unix.O_RDWR, 0)
@@ -423,8 +484,8 @@ func genOpenUnlinkRead(r *rand.Rand) diffOp {
 	}}
 }
 
-func genStat(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genStat(r *diffGen) diffOp {
+	p := r.path()
 	return diffOp{"lstat " + p, func(s *side) string {
 		var st unix.Stat_t
 		if err := unix.Lstat(s.path(p), &st); err != nil {
@@ -434,16 +495,16 @@ func genStat(r *rand.Rand) diffOp {
 	}}
 }
 
-func genReadlink(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genReadlink(r *diffGen) diffOp {
+	p := r.path()
 	return diffOp{"readlink " + p, func(s *side) string {
 		tgt, err := os.Readlink(s.path(p))
 		return fmt.Sprintf("%q %s", tgt, errno(err))
 	}}
 }
 
-func genSlotOpen(r *rand.Rand) diffOp {
-	slot, p := r.Intn(diffSlots), randPath(r)
+func genSlotOpen(r *diffGen) diffOp {
+	slot, p := r.Intn(diffSlots), r.file()
 	flags := []int{unix.O_RDONLY, unix.O_RDWR, unix.O_RDWR | unix.O_APPEND, unix.O_RDWR | unix.O_CREAT, unix.O_WRONLY | unix.O_TRUNC}[r.Intn(5)]
 	return diffOp{fmt.Sprintf("slot %d: open %s flags %#x", slot, p, flags), func(s *side) string {
 		cerr := "none"
@@ -459,7 +520,7 @@ func genSlotOpen(r *rand.Rand) diffOp {
 	}}
 }
 
-func genSlotWrite(r *rand.Rand) diffOp {
+func genSlotWrite(r *diffGen) diffOp {
 	slot, off := r.Intn(diffSlots), int64(randSize(r))
 	data := randData(r, 1+randSize(r)/2)
 	return diffOp{fmt.Sprintf("slot %d: pwrite off %d len %d", slot, off, len(data)), func(s *side) string {
@@ -471,7 +532,7 @@ func genSlotWrite(r *rand.Rand) diffOp {
 	}}
 }
 
-func genSlotRead(r *rand.Rand) diffOp {
+func genSlotRead(r *diffGen) diffOp {
 	slot := r.Intn(diffSlots)
 	return diffOp{fmt.Sprintf("slot %d: read all", slot), func(s *side) string {
 		if s.fds[slot] < 0 {
@@ -481,7 +542,7 @@ func genSlotRead(r *rand.Rand) diffOp {
 	}}
 }
 
-func genSlotTruncate(r *rand.Rand) diffOp {
+func genSlotTruncate(r *diffGen) diffOp {
 	slot, size := r.Intn(diffSlots), int64(randSize(r))
 	return diffOp{fmt.Sprintf("slot %d: ftruncate %d", slot, size), func(s *side) string {
 		if s.fds[slot] < 0 {
@@ -491,7 +552,7 @@ func genSlotTruncate(r *rand.Rand) diffOp {
 	}}
 }
 
-func genSlotStat(r *rand.Rand) diffOp {
+func genSlotStat(r *diffGen) diffOp {
 	slot := r.Intn(diffSlots)
 	return diffOp{fmt.Sprintf("slot %d: fstat", slot), func(s *side) string {
 		if s.fds[slot] < 0 {
@@ -505,7 +566,7 @@ func genSlotStat(r *rand.Rand) diffOp {
 	}}
 }
 
-func genSlotFsync(r *rand.Rand) diffOp {
+func genSlotFsync(r *diffGen) diffOp {
 	slot := r.Intn(diffSlots)
 	return diffOp{fmt.Sprintf("slot %d: fsync", slot), func(s *side) string {
 		if s.fds[slot] < 0 {
@@ -515,7 +576,7 @@ func genSlotFsync(r *rand.Rand) diffOp {
 	}}
 }
 
-func genSlotClose(r *rand.Rand) diffOp {
+func genSlotClose(r *diffGen) diffOp {
 	slot := r.Intn(diffSlots)
 	return diffOp{fmt.Sprintf("slot %d: close", slot), func(s *side) string {
 		if s.fds[slot] < 0 {
@@ -527,8 +588,8 @@ func genSlotClose(r *rand.Rand) diffOp {
 	}}
 }
 
-func genXattr(r *rand.Rand) diffOp {
-	p := randPath(r)
+func genXattr(r *diffGen) diffOp {
+	p := r.path()
 	name := "user." + diffNames[r.Intn(len(diffNames))]
 	val := randData(r, r.Intn(100))
 	switch r.Intn(4) {
