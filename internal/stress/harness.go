@@ -133,6 +133,10 @@ type Results struct {
 // HostInfo describes the machine.
 type HostInfo struct {
 	Kernel   string `json:"kernel"`
+	// Load1AtStart is the one-minute load average before the first run; a
+	// value above CPUs means other work was running and the figures are
+	// noisy (the report says so).
+	Load1AtStart float64 `json:"load1_at_start"`
 	CPUs     int    `json:"cpus"`
 	MemoryMB int64  `json:"memory_mb"`
 	Root     bool   `json:"root"`
@@ -269,6 +273,9 @@ func hostInfo() HostInfo {
 		if c, err := parseProcStat(b); err == nil {
 			h.CPUs = c.CPUs
 		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		h.Load1AtStart, _ = parseLoadavg(b)
 	}
 	return h
 }

@@ -299,6 +299,10 @@ func writeReport(path string, res *Results) error {
 		res.Profile, res.Files, float64(res.Bytes)/1e6, res.Seed, res.Layout)
 	fmt.Fprintf(&b, "Host: Linux %s, %d CPUs, %d MB memory, root=%v. Device under the output directory: %s.\n\n",
 		res.Host.Kernel, res.Host.CPUs, res.Host.MemoryMB, res.Host.Root, orNA(res.Device, res.DeviceNote))
+	if res.Host.CPUs > 0 && res.Host.Load1AtStart > float64(res.Host.CPUs) {
+		fmt.Fprintf(&b, "**Warning: the host was busy before the first run (1-minute load %.1f on %d CPUs); other work competed with every arm and the figures are noisy. Compare arms within this run only, and repeat (--repeat) before drawing conclusions.**\n\n",
+			res.Host.Load1AtStart, res.Host.CPUs)
+	}
 	caches := "the page cache was not dropped between runs (not root)"
 	if res.Host.Root {
 		caches = "the page cache was dropped between runs (echo 1 > /proc/sys/vm/drop_caches, after the data was deleted; no sync)"
