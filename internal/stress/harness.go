@@ -132,14 +132,14 @@ type Results struct {
 
 // HostInfo describes the machine.
 type HostInfo struct {
-	Kernel   string `json:"kernel"`
+	Kernel string `json:"kernel"`
 	// Load1AtStart is the one-minute load average before the first run; a
 	// value above CPUs means other work was running and the figures are
 	// noisy (the report says so).
 	Load1AtStart float64 `json:"load1_at_start"`
-	CPUs     int    `json:"cpus"`
-	MemoryMB int64  `json:"memory_mb"`
-	Root     bool   `json:"root"`
+	CPUs         int     `json:"cpus"`
+	MemoryMB     int64   `json:"memory_mb"`
+	Root         bool    `json:"root"`
 }
 
 // Run executes every arm × workspace count × neighbour count × repeat, writes
