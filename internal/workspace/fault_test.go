@@ -72,12 +72,18 @@ func TestFaults(t *testing.T) {
 			if rule.Injected() == 0 {
 				t.Fatalf("the fault was never injected (matched %d calls)", rule.Matched())
 			}
-			if step != tc.step {
+			// A failed object drain is retried by the committer after it
+			// republishes the objects (rewritten and synced through a new
+			// temp): an fsync that starts waiting after the failed attempt
+			// may see only the successful retry. That is no false success,
+			// and the victim must then be durable.
+			recovered := step == "" && tc.step == "fsync" && !tc.sticky
+			if step != tc.step && !recovered {
 				t.Fatalf("first error at %q (%v), want at %q", step, err, tc.step)
 			}
 			var we *Error
 			var errno syscall.Errno
-			if !errors.As(err, &we) || !errors.As(err, &errno) || (errno != syscall.EIO && errno != syscall.ENOSPC) {
+			if !recovered && (!errors.As(err, &we) || !errors.As(err, &errno) || (errno != syscall.EIO && errno != syscall.ENOSPC)) {
 				t.Fatalf("error %v (%T): want a *workspace.Error wrapping EIO or ENOSPC", err, err)
 			}
 			inj.r.Store(nil)
@@ -85,12 +91,12 @@ func TestFaults(t *testing.T) {
 			// failed drain is retried after republishing the objects from
 			// bytes it re-reads and verifies); a failed log is failed for
 			// good. Either way Sync must not lie.
-			victimDurable := false
+			victimDurable := recovered
 			if serr := w.Sync(); serr == nil {
 				if tc.sticky {
 					t.Fatal("Sync succeeded after the log failed")
 				}
-				victimDurable = step != "write" && step != "flush"
+				victimDurable = victimDurable || step == "fsync"
 			} else if !errors.Is(serr, syscall.EIO) {
 				t.Fatalf("Sync after the fault: %v, want EIO", serr)
 			} else if tc.sticky {
