@@ -216,3 +216,29 @@ func TestCheckpointGolden(t *testing.T) {
 		t.Fatal("golden checkpoint decodes to a different tree")
 	}
 }
+
+// FuzzDecodeCheckpoint: any input either decodes to a tree that passes
+// Check and re-encodes to the same bytes, or fails with ErrBadCheckpoint;
+// it never panics. (The CRC makes random damage fail early; the fuzzer also
+// learns to fix it up, which exercises the structural checks.)
+func FuzzDecodeCheckpoint(f *testing.F) {
+	if golden, err := os.ReadFile(filepath.Join("testdata", "checkpoint-v1.golden")); err == nil {
+		if raw, err := hex.DecodeString(strings.TrimSpace(string(golden))); err == nil {
+			f.Add(raw)
+		}
+	}
+	f.Add(New(0o755, 0, 0, 0).EncodeCheckpoint())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tr, err := DecodeCheckpoint(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadCheckpoint) {
+				t.Fatalf("error without ErrBadCheckpoint: %v", err)
+			}
+			return
+		}
+		if err := tr.Check(); err != nil {
+			t.Fatalf("decoded tree fails Check: %v", err)
+		}
+		_ = tr.Dump(sum)
+	})
+}
