@@ -199,23 +199,54 @@ func (s *Server) Unmount() error {
 		if syncErr != nil {
 			s.log.Error("commit before unmount failed", "err", syncErr)
 		}
-		err := s.srv.Unmount()
-		if err != nil {
-			s.log.Warn("unmount failed, detaching lazily", "mountpoint", s.mountpoint, "err", err)
-			if lerr := unix.Unmount(s.mountpoint, unix.MNT_DETACH); lerr != nil {
-				err = fmt.Errorf("unmount %s: %v; lazy unmount: %w", s.mountpoint, err, lerr)
-			} else {
-				err = nil
-				select {
-				case <-s.served:
-				case <-time.After(10 * time.Second):
-					err = fmt.Errorf("unmount %s: detached, but files on it are still open; their users get errors once wsfs exits", s.mountpoint)
-				}
-			}
-		}
-		s.err = errors.Join(syncErr, err)
+		s.err = errors.Join(syncErr, s.unmount())
 	})
 	return s.err
+}
+
+func (s *Server) unmount() error {
+	select {
+	case <-s.served:
+		return nil // unmounted from outside already
+	default:
+	}
+	var err error
+	delay := 5 * time.Millisecond
+	for range 5 {
+		// EBUSY right after the last close can be the kernel still
+		// dropping references; retry briefly before detaching.
+		if err = unix.Unmount(s.mountpoint, 0); !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(delay)
+		delay *= 2
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, unix.EBUSY):
+		s.log.Warn("mount point busy (open files or a process inside it): detaching lazily", "mountpoint", s.mountpoint)
+		if err = unix.Unmount(s.mountpoint, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("lazy unmount %s: %w", s.mountpoint, err)
+		}
+	case errors.Is(err, unix.EPERM):
+		// Not root: mounted through fusermount3, unmount through it.
+		if err = s.srv.Unmount(); err != nil {
+			return fmt.Errorf("unmount %s: %w", s.mountpoint, err)
+		}
+	default:
+		select {
+		case <-s.served:
+			return nil // raced with an external unmount
+		default:
+		}
+		return fmt.Errorf("unmount %s: %w", s.mountpoint, err)
+	}
+	select {
+	case <-s.served:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("unmount %s: detached, but files on it are still open; their users get errors once wsfs exits", s.mountpoint)
+	}
 }
 
 // Wait blocks until the file system is unmounted (by Unmount or by an

@@ -1,0 +1,71 @@
+package fusefs
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestUnmountBusy unmounts while a file on the mount is open: the normal
+// unmount fails with EBUSY, the adapter detaches lazily and returns once
+// the last user has gone; what was written is committed.
+func TestUnmountBusy(t *testing.T) {
+	e := newEnv(t, Options{})
+	p := e.path("held")
+	mustWrite(t, p, []byte("kept"))
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		f.Close()
+		close(closed)
+	}()
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Unmount() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("unmount with an open file: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("unmount did not return within 30s")
+	}
+	<-closed
+	select {
+	case <-e.srv.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve loop still running after unmount")
+	}
+	if err := e.ws.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.srv, e.ws = nil, nil
+	e.mount()
+	if got := string(mustRead(t, p)); got != "kept" {
+		t.Fatalf("after remount: %q", got)
+	}
+}
+
+// TestExternalUnmount checks that Done is closed when the mount is removed
+// from outside.
+func TestExternalUnmount(t *testing.T) {
+	e := newEnv(t, Options{})
+	mustWrite(t, e.path("x"), []byte("1"))
+	forceUnmount(t, e.mnt)
+	select {
+	case <-e.srv.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done not closed after an external unmount")
+	}
+	if err := e.ws.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.srv, e.ws = nil, nil
+	e.mount()
+	if got := string(mustRead(t, e.path("x"))); got != "1" {
+		t.Fatalf("after external unmount and remount: %q", got)
+	}
+}
