@@ -35,15 +35,13 @@ var ErrBadCheckpoint = errors.New("malformed namespace checkpoint")
 // must keep the tree still while it runs (the durable shadow is only
 // changed by the committer goroutine that also calls this).
 func (t *Tree) EncodeCheckpoint() []byte {
-	t.mu.RLock()
-	inos := make([]Ino, 0, len(t.mu.inodes))
-	for ino, n := range t.mu.inodes {
+	var inos []Ino
+	for _, n := range t.Inodes() {
 		if n.Nlink > 0 {
-			inos = append(inos, ino)
+			inos = append(inos, n.Ino)
 		}
 	}
-	next := t.mu.nextIno
-	t.mu.RUnlock()
+	next := t.NextIno()
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
 	b := []byte(checkpointMagic)
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
@@ -122,8 +120,7 @@ func DecodeCheckpoint(data []byte) (*Tree, error) {
 	if d.err == nil && count > uint64(len(d.b)) {
 		return fail("inode count %d exceeds the data", count)
 	}
-	t := &Tree{}
-	t.mu.inodes = make(map[Ino]*Inode, count)
+	inodes := make(map[Ino]*Inode, count)
 	var prev Ino
 	for i := uint64(0); i < count && d.err == nil; i++ {
 		n := &Inode{Ino: d.ino("ino")}
@@ -178,7 +175,7 @@ func DecodeCheckpoint(data []byte) (*Tree, error) {
 			n.Entries[k] = d.ino("entry ino")
 		}
 		if d.err == nil {
-			t.mu.inodes[n.Ino] = n
+			inodes[n.Ino] = n
 		}
 	}
 	if d.err != nil {
@@ -190,10 +187,14 @@ func DecodeCheckpoint(data []byte) (*Tree, error) {
 	if next <= prev {
 		return fail("next inode %d not above the largest inode %d", next, prev)
 	}
-	t.mu.nextIno = next
-	if err := checkTree(t.mu.inodes, true); err != nil {
+	if err := checkTree(inodes, true); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadCheckpoint, err)
 	}
+	t := &Tree{}
+	for _, n := range inodes {
+		t.insert(n)
+	}
+	t.nextIno.Store(uint64(next))
 	return t, nil
 }
 
@@ -290,13 +291,11 @@ func checkTree(inodes map[Ino]*Inode, setParent bool) error {
 // Check verifies the tree's structural invariants (see checkTree), ignoring
 // pinned orphans. The tree must be still (no concurrent Apply).
 func (t *Tree) Check() error {
-	t.mu.RLock()
-	live := make(map[Ino]*Inode, len(t.mu.inodes))
-	for ino, n := range t.mu.inodes {
-		if n.Nlink > 0 || ino == RootIno {
-			live[ino] = n
+	live := make(map[Ino]*Inode, t.Len())
+	for _, n := range t.Inodes() {
+		if n.Nlink > 0 || n.Ino == RootIno {
+			live[n.Ino] = n
 		}
 	}
-	t.mu.RUnlock()
 	return checkTree(live, false)
 }

@@ -22,7 +22,7 @@
 //     itself.
 //
 // Concurrency: the inode table (the map from number to *Inode and NextIno)
-// has its own short lock, so Get never blocks on an operation in progress.
+// is a sync.Map and an atomic counter, so Get takes no lock at all.
 // The fields of an Inode are NOT locked by this package: the caller (package
 // workspace) locks Inode.Mu of every inode a record touches before Apply and
 // before reading fields. A tree used by a single goroutine (replay, the
@@ -32,6 +32,7 @@ package namespace
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -102,83 +103,68 @@ func (n *Inode) IsReg() bool { return n.Mode&S_IFMT == S_IFREG }
 
 // Tree is a namespace. The zero value is not usable; call New.
 type Tree struct {
-	mu struct {
-		sync.RWMutex
-		inodes  map[Ino]*Inode
-		nextIno Ino
-	}
+	// inodes maps Ino to *Inode. A sync.Map: lookups by number take no
+	// lock, so the read path has no tree-wide lock at all.
+	inodes  sync.Map
+	count   atomic.Int64  // entries in inodes
+	nextIno atomic.Uint64 // the next number AllocIno returns
 }
 
 // New returns a tree holding only the root directory with the given
 // permission bits, owner and times (all its times are set to time).
 func New(perm, uid, gid uint32, time int64) *Tree {
 	t := &Tree{}
-	t.mu.inodes = make(map[Ino]*Inode)
-	t.mu.nextIno = RootIno + 1
-	t.mu.inodes[RootIno] = &Inode{
+	t.nextIno.Store(uint64(RootIno + 1))
+	t.insert(&Inode{
 		Ino: RootIno, Mode: S_IFDIR | perm&PermMask, Nlink: 2, Uid: uid, Gid: gid,
 		Atime: time, Mtime: time, Ctime: time, Parent: RootIno, Entries: map[string]Ino{},
-	}
+	})
 	return t
 }
 
 // Get returns the inode numbered ino, or nil if it is not in the table.
 func (t *Tree) Get(ino Ino) *Inode {
-	t.mu.RLock()
-	n := t.mu.inodes[ino]
-	t.mu.RUnlock()
-	return n
+	if v, ok := t.inodes.Load(ino); ok {
+		return v.(*Inode)
+	}
+	return nil
 }
 
 // Inodes returns a snapshot of the inode table (orphans included), in no
 // particular order.
 func (t *Tree) Inodes() []*Inode {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	out := make([]*Inode, 0, len(t.mu.inodes))
-	for _, n := range t.mu.inodes {
-		out = append(out, n)
-	}
+	out := make([]*Inode, 0, t.count.Load())
+	t.inodes.Range(func(_, v any) bool {
+		out = append(out, v.(*Inode))
+		return true
+	})
 	return out
 }
 
 // Len returns the number of inodes in the table (orphans included).
-func (t *Tree) Len() int {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return len(t.mu.inodes)
-}
+func (t *Tree) Len() int { return int(t.count.Load()) }
 
 // AllocIno reserves a fresh inode number for a record about to be built.
-func (t *Tree) AllocIno() Ino {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ino := t.mu.nextIno
-	t.mu.nextIno++
-	return ino
-}
+func (t *Tree) AllocIno() Ino { return Ino(t.nextIno.Add(1) - 1) }
 
 // NextIno returns the number AllocIno would return next.
-func (t *Tree) NextIno() Ino {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.mu.nextIno
-}
+func (t *Tree) NextIno() Ino { return Ino(t.nextIno.Load()) }
 
 func (t *Tree) insert(n *Inode) {
-	t.mu.Lock()
-	t.mu.inodes[n.Ino] = n
-	if n.Ino >= t.mu.nextIno {
-		t.mu.nextIno = n.Ino + 1
+	t.inodes.Store(n.Ino, n)
+	t.count.Add(1)
+	for {
+		next := t.nextIno.Load()
+		if uint64(n.Ino) < next || t.nextIno.CompareAndSwap(next, uint64(n.Ino)+1) {
+			return
+		}
 	}
-	t.mu.Unlock()
 }
 
 func (t *Tree) remove(n *Inode) {
-	t.mu.Lock()
-	delete(t.mu.inodes, n.Ino)
+	t.inodes.Delete(n.Ino)
+	t.count.Add(-1)
 	n.Dropped = true
-	t.mu.Unlock()
 }
 
 // Release drops n if it is an unpinned orphan (nlink 0). The caller holds

@@ -24,12 +24,15 @@
 //     inode number. An operation that must read a directory entry to learn
 //     the inode number locks the directory, reads, and if the child's number
 //     is lower, unlocks, locks both in order and re-checks the entry.
-//  3. Leaf locks held only briefly inside other packages: the namespace's
-//     inode table, the committer's queue (Enqueue may wait for queue space,
-//     which the flusher frees without taking any inode lock), the pool.
+//  3. Leaf locks held only briefly inside other packages: the committer's
+//     queue (Enqueue may wait for queue space, which the flusher frees
+//     without taking any inode lock), the pool, Workspace.mu (the sticky
+//     failure). The namespace's inode table takes no lock (sync.Map).
 //
 // There is no global lock on the read path: GetAttr, Lookup and ReadAt take
 // only the locks of the inodes they read, and never wait for a commit.
+// ReadAt of pooled content holds the inode lock only to find the cached
+// object file; the pread runs unlocked.
 //
 // The durable shadow (a second namespace holding exactly the state at the
 // end of the last committed group) is owned by the committer's flusher
