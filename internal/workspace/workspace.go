@@ -59,6 +59,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -154,6 +155,9 @@ type Stats struct {
 	Failed          error     // non-nil once the workspace has failed for good
 	Inodes          int       // inodes in memory (open orphans included)
 	CheckpointGroup uint64    // group of the last checkpoint (0: none)
+	// CheckpointErr is the last checkpoint failure (checkpoints stopped or
+	// failing: the log keeps growing, nothing is lost); nil once one works.
+	CheckpointErr error
 }
 
 // Workspace is an open workspace. All methods are safe for concurrent use.
@@ -175,12 +179,15 @@ type Workspace struct {
 	sinceCkpt int64
 	shadowErr error
 
-	mu struct {
+	failed  atomic.Pointer[ioError] // sticky: set when an Enqueue fails
+	closed  atomic.Bool             // set by Close before the committer closes
+	ckptGrp atomic.Uint64           // group of the last checkpoint
+	ckptErr atomic.Pointer[error]   // last checkpoint failure, nil after a success
+
+	closeMu struct {
 		sync.Mutex
-		failed   error // sticky: set when an Enqueue fails or the shadow breaks
-		closed   bool
-		ckptGrp  uint64
-		closeErr error
+		done bool
+		err  error
 	}
 }
 
@@ -293,7 +300,7 @@ func Open(opts Options) (*Workspace, error) {
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s: checkpoint of group %d: %w", opts.Dir, ckGroup, err)
 		}
-		w.mu.ckptGrp = ckGroup
+		w.ckptGrp.Store(ckGroup)
 	} else {
 		// The root of a new workspace belongs to the daemon's user; the
 		// first record (below) says so durably, with its times.
@@ -405,6 +412,7 @@ func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 		if err != nil {
 			w.shadowErr = fmt.Errorf("durable shadow: group %d record %d: %w", group, i, err)
 			w.lg.Error("the durable shadow no longer follows the log; checkpoints stop (the log still holds everything; restart to recover)", "err", w.shadowErr)
+			w.ckptErr.Store(&w.shadowErr)
 			return
 		}
 		w.sinceCkpt += int64(len(r.Data))
@@ -421,34 +429,33 @@ func (w *Workspace) checkpoint(group uint64) {
 	payload := w.shadow.EncodeCheckpoint()
 	if err := seglog.WriteCheckpoint(w.fs, w.ckptDir(), group, payload); err != nil {
 		w.lg.Error("checkpoint failed; the log keeps growing until one succeeds", "group", group, "err", err)
+		w.ckptErr.Store(&err)
 		return
 	}
-	w.mu.Lock()
-	w.mu.ckptGrp = group
-	w.mu.Unlock()
+	w.ckptErr.Store(nil)
+	w.ckptGrp.Store(group)
 	if err := w.log.DeleteThrough(group); err != nil {
 		w.lg.Error("deleting log segments covered by a checkpoint failed", "group", group, "err", err)
+		w.ckptErr.Store(&err)
 	}
 }
 
-// usable returns the sticky failure or ErrClosed-like error.
+// usable returns the sticky failure, or an EIO error after Close. Lock
+// free: every mutating operation calls it.
 func (w *Workspace) usable() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.mu.failed != nil {
-		return w.mu.failed
+	if f := w.failed.Load(); f != nil {
+		return f
 	}
-	if w.mu.closed {
+	if w.closed.Load() {
 		return &ioError{errors.New("workspace is closed")}
 	}
 	return nil
 }
 
+// setFailed makes the workspace fail every later mutation with err (EIO).
 func (w *Workspace) setFailed(err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.mu.failed == nil {
-		w.mu.failed = &ioError{fmt.Errorf("workspace failed; remount to recover what is durable: %w", err)}
+	f := &ioError{fmt.Errorf("workspace failed; remount to recover what is durable: %w", err)}
+	if w.failed.CompareAndSwap(nil, f) {
 		w.lg.Error("workspace failed", "err", err)
 	}
 }
@@ -489,13 +496,11 @@ func (w *Workspace) record(rec *namespace.Record, objs []pool.ID, persist bool) 
 // the workspace lock. Nothing unsynced is reported as written: a commit
 // failure is returned.
 func (w *Workspace) Close() error {
-	w.mu.Lock()
-	if w.mu.closed {
-		err := w.mu.closeErr
-		w.mu.Unlock()
-		return err
+	w.closeMu.Lock()
+	defer w.closeMu.Unlock()
+	if w.closeMu.done {
+		return w.closeMu.err
 	}
-	w.mu.Unlock()
 	var errs []error
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
@@ -506,9 +511,7 @@ func (w *Workspace) Close() error {
 		}
 		n.Mu.Unlock()
 	}
-	w.mu.Lock()
-	w.mu.closed = true
-	w.mu.Unlock()
+	w.closed.Store(true)
 	if err := w.com.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -527,21 +530,20 @@ func (w *Workspace) Close() error {
 	if err != nil {
 		err = wsErr("close", 0, "", err)
 	}
-	w.mu.Lock()
-	w.mu.closeErr = err
-	w.mu.Unlock()
+	w.closeMu.done, w.closeMu.err = true, err
 	return err
 }
 
 // Stats returns a snapshot of the workspace's commit state.
 func (w *Workspace) Stats() Stats {
 	cs := w.com.Stats()
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	s := Stats{CommittedGroup: cs.LastGroup, CommittedAt: cs.LastCommit, Pending: cs.Pending,
-		Failed: cs.Failed, Inodes: w.tree.Len(), CheckpointGroup: w.mu.ckptGrp}
-	if s.Failed == nil {
-		s.Failed = w.mu.failed
+		Failed: cs.Failed, Inodes: w.tree.Len(), CheckpointGroup: w.ckptGrp.Load()}
+	if f := w.failed.Load(); s.Failed == nil && f != nil {
+		s.Failed = f
+	}
+	if e := w.ckptErr.Load(); e != nil {
+		s.CheckpointErr = *e
 	}
 	return s
 }
