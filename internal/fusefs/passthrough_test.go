@@ -12,24 +12,7 @@ import (
 
 // opCount reads wsfs_fuse_ops_total for op from the registry.
 func opCount(t *testing.T, m *metrics.Metrics, op string) float64 {
-	t.Helper()
-	mfs, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "wsfs_fuse_ops_total" {
-			continue
-		}
-		for _, mt := range mf.GetMetric() {
-			for _, l := range mt.GetLabel() {
-				if l.GetName() == "op" && l.GetValue() == op {
-					return mt.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return opCounts(t, m)[op]
 }
 
 // TestPassthrough reads a pooled file through a read-only open. When the

@@ -204,12 +204,12 @@ func testAppendTruncateSparse(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte("end"), 10<<20); err != nil {
+	if _, err := f.WriteAt([]byte("end"), 4<<20); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
 	got := mustRead(t, sp)
-	if len(got) != 10<<20+3 || string(got[10<<20:]) != "end" || bytes.ContainsFunc(got[:10<<20], func(r rune) bool { return r != 0 }) {
+	if len(got) != 4<<20+3 || string(got[4<<20:]) != "end" || bytes.ContainsFunc(got[:4<<20], func(r rune) bool { return r != 0 }) {
 		t.Fatalf("sparse file wrong (len %d)", len(got))
 	}
 }
