@@ -11,11 +11,13 @@
 // there are noisy, so the decisions rest on FUSE requests per file, which
 // are exact:
 //
-//	                          create  read back  stat+read after 1.2s idle  read after remount
-//	timeouts 1s               6       3          3 (LOOKUP again)           4
-//	timeouts 60s (default)    6       3 -> 2*    2                          4
-//	60s + writeback cache     7       3          4                          5
-//	(* 2 with the last two changes below: OPEN + async RELEASE)
+//	                        create  read back  stat+read after 1.2s idle  read after remount
+//	timeouts 1s             6       3          3 (LOOKUP again)           4
+//	timeouts 60s (default)  6       3          2                          4
+//	60s + writeback cache   7       3          4                          5
+//
+// (create: LOOKUP, CREATE, GETATTR, WRITE, FLUSH, RELEASE; read back:
+// OPEN, GETATTR, RELEASE, served from the page cache.)
 //
 //   - default_permissions: the kernel checks permissions from the
 //     attributes, so no ACCESS round trips and no checks in the adapter.
