@@ -4,6 +4,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"wsfs/internal/pool"
 )
 
 // TestTimesSurviveFlush: cp -p and tar write, set times, then close; the
@@ -95,6 +97,11 @@ func TestObjectFile(t *testing.T) {
 	defer w.Close()
 	small := writeFile(t, w, RootIno, "small", []byte("inline"))
 	big := writeFile(t, w, RootIno, "big", pattern(500, 1))
+	var objs []string
+	w.ForEachObject(func(id pool.ID) { objs = append(objs, id.String()) })
+	if len(objs) != 1 || objs[0] != pool.Sum(pattern(500, 1)).String() {
+		t.Fatalf("ForEachObject: %v", objs)
+	}
 	for _, tc := range []struct {
 		name  string
 		ino   Ino

@@ -259,6 +259,9 @@ func Open(opts Options) (*Workspace, error) {
 	if opts.CheckpointBytes <= 0 {
 		opts.CheckpointBytes = DefaultCheckpointBytes
 	}
+	if opts.Drain != commit.DrainEntry && opts.Drain != commit.DrainSyncFS {
+		return nil, fmt.Errorf("workspace: unknown drain mode %d (use commit.ParseDrain)", int(opts.Drain))
+	}
 	if opts.Clock == nil {
 		opts.Clock = commit.SystemClock{}
 	}
@@ -595,4 +598,20 @@ func (w *Workspace) StatFS() (vfs.StatFS, error) {
 // needs the workspace to be still (tests, the crash oracle).
 func (w *Workspace) Dump() []namespace.DumpEntry {
 	return w.tree.Dump(func(b []byte) namespace.ObjectID { return namespace.ObjectID(pool.Sum(b)) })
+}
+
+// ForEachObject calls fn for every pool object the live tree references,
+// for pool garbage collection. Objects only the durable state still
+// references (replaced by an operation whose group has not committed yet)
+// are not listed: GC's grace period, far longer than a commit window,
+// covers them.
+func (w *Workspace) ForEachObject(fn func(pool.ID)) {
+	for _, n := range w.tree.Inodes() {
+		n.Mu.Lock()
+		c := n.Content
+		n.Mu.Unlock()
+		if c.IsObject {
+			fn(pool.ID(c.Object))
+		}
+	}
 }
