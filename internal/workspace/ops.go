@@ -31,6 +31,8 @@ func liveFor(n *namespace.Inode) *live {
 	return lv
 }
 
+// errStale: the inode was dropped between finding it and locking it; to
+// the caller it simply no longer exists.
 var errStale = syscall.ENOENT
 
 // lock1 locks inode ino and returns it; ENOENT if it does not exist.
