@@ -27,6 +27,13 @@ import (
 var wsfsBin, buildErr = "", error(nil)
 
 func TestMain(m *testing.M) {
+	// The test binary doubles as a misbehaving child for the tests of the
+	// supervisor's own restart and kill logic (TestBackoffAndKill); the
+	// end-to-end tests use the real wsfs binary.
+	if mode := os.Getenv("WSFS_SUPERVISOR_TEST_CHILD"); mode != "" {
+		testChild(mode)
+		return
+	}
 	dir, err := os.MkdirTemp("", "wsfs-supervisor-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
