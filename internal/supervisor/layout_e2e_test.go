@@ -205,3 +205,34 @@ func devOf(t *testing.T, path string) uint64 {
 	}
 	return st.Dev
 }
+
+// TestSupervisorKilled: SIGKILL on `wsfs up` leaves no orphan running and
+// nothing mounted: the children get SIGTERM (Pdeathsig) and stop cleanly.
+func TestSupervisorKilled(t *testing.T) {
+	needE2E(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	home := t.TempDir()
+	u := startUp(t, home, "--workspaces", "1")
+	waitReady(ctx, t, u)
+	h, _ := host.Open(home)
+	files := writeFsynced(t, h.MountPoint("ws-1"), "pre-kill", 5)
+	st, err := ReadState(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.cmd.Process.Kill()
+	<-u.exited
+	for _, c := range st.Children {
+		waitFor(ctx, t, fmt.Sprintf("%s %s (pid %d) to exit", c.Workspace, c.Kind, c.PID), func() bool {
+			return syscall.Kill(c.PID, 0) != nil
+		})
+	}
+	waitFor(ctx, t, "the mount to go away", func() bool { return !mounted(h.MountPoint("ws-1")) })
+	u2 := startUp(t, home)
+	waitReady(ctx, t, u2)
+	checkFiles(t, h.MountPoint("ws-1"), files)
+	if code := stopUp(ctx, t, u2); code != 0 {
+		t.Errorf("second wsfs up exited %d", code)
+	}
+}
