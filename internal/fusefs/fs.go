@@ -139,6 +139,20 @@ func caller(h *fuse.InHeader) workspace.Caller {
 	return workspace.Caller{Uid: h.Uid, Gid: h.Gid}
 }
 
+// creator is the owner of a node created in parent by the caller of h, and
+// whether parent is set-group-ID. The kernel leaves BSD group semantics to
+// FUSE file systems: in a set-group-ID directory new nodes take the
+// directory's group, and new directories inherit the bit (as ext4 does).
+func (r *rawFS) creator(parent workspace.Ino, h *fuse.InHeader) (workspace.Caller, bool) {
+	c := caller(h)
+	a, err := r.ws.GetAttr(parent)
+	if err != nil || a.Mode&syscall.S_ISGID == 0 {
+		return c, false // a missing parent fails in the create itself
+	}
+	c.Gid = a.Gid
+	return c, true
+}
+
 // splitNs converts unix nanoseconds to the (seconds, nanoseconds) pair of
 // the wire format; times before 1970 have negative seconds, which the
 // kernel reads back as a signed value.
@@ -260,7 +274,8 @@ func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.At
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer r.done(opMknod, time.Now(), &st)
-	a, err := r.ws.Mknod(workspace.Ino(in.NodeId), name, in.Mode, in.Rdev, caller(&in.InHeader))
+	c, _ := r.creator(workspace.Ino(in.NodeId), &in.InHeader)
+	a, err := r.ws.Mknod(workspace.Ino(in.NodeId), name, in.Mode, in.Rdev, c)
 	if err != nil {
 		return r.status("mknod", err)
 	}
@@ -271,7 +286,12 @@ func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer r.done(opMkdir, time.Now(), &st)
 	// The kernel sends permission bits only (umask applied).
-	a, err := r.ws.Mkdir(workspace.Ino(in.NodeId), name, in.Mode&0o7777, caller(&in.InHeader))
+	mode := in.Mode & 0o7777
+	c, sgid := r.creator(workspace.Ino(in.NodeId), &in.InHeader)
+	if sgid {
+		mode |= syscall.S_ISGID
+	}
+	a, err := r.ws.Mkdir(workspace.Ino(in.NodeId), name, mode, c)
 	if err != nil {
 		return r.status("mkdir", err)
 	}
@@ -308,7 +328,8 @@ func (r *rawFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *
 
 func (r *rawFS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer r.done(opSymlink, time.Now(), &st)
-	a, err := r.ws.Symlink(workspace.Ino(h.NodeId), name, target, caller(h))
+	c, _ := r.creator(workspace.Ino(h.NodeId), h)
+	a, err := r.ws.Symlink(workspace.Ino(h.NodeId), name, target, c)
 	if err != nil {
 		return r.status("symlink", err)
 	}
@@ -347,7 +368,8 @@ func (r *rawFS) file(fh uint64) *openFile {
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) (st fuse.Status) {
 	defer r.done(opCreate, time.Now(), &st)
 	parent := workspace.Ino(in.NodeId)
-	a, err := r.ws.Create(parent, name, in.Mode, caller(&in.InHeader))
+	c, _ := r.creator(parent, &in.InHeader)
+	a, err := r.ws.Create(parent, name, in.Mode, c)
 	if err != nil && in.Flags&syscall.O_EXCL == 0 && r.status("create", err) == fuse.Status(syscall.EEXIST) {
 		a, err = r.ws.Lookup(parent, name)
 		if err == nil && in.Flags&syscall.O_TRUNC != 0 && a.Mode&syscall.S_IFMT == syscall.S_IFREG {

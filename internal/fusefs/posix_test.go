@@ -420,6 +420,34 @@ func testAttrs(t *testing.T, e *env) {
 		if err := os.Chown(p, 0, 0); err != nil {
 			t.Fatal(err)
 		}
+		// Set-group-ID directories: new nodes take the directory's
+		// group, new directories inherit the bit.
+		sg := e.path("sgid")
+		if err := os.Mkdir(sg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(sg, 0, 4321); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Chmod(sg, 0o2775); err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, filepath.Join(sg, "f"), nil)
+		if err := os.Mkdir(filepath.Join(sg, "d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"f", "d"} {
+			st, err := os.Stat(filepath.Join(sg, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gid := st.Sys().(*syscall.Stat_t).Gid; gid != 4321 {
+				t.Errorf("%s in a set-group-ID directory: gid %d, want 4321", name, gid)
+			}
+			if name == "d" && st.Mode()&os.ModeSetgid == 0 {
+				t.Errorf("directory in a set-group-ID directory lacks the bit: %v", st.Mode())
+			}
+		}
 		// A mknod'ed FIFO keeps its type.
 		fifo := e.path("fifo")
 		if err := unix.Mkfifo(fifo, 0o644); err != nil {
