@@ -68,7 +68,7 @@ func TestLookupCounting(t *testing.T) {
 	w := e.open()
 	defer w.Close()
 	f := A(t)(w.Create(RootIno, "f", 0o644, me)) // 1 lookup
-	A(t)(w.Lookup(RootIno, "f"))                  // 2
+	A(t)(w.Lookup(RootIno, "f"))                 // 2
 	noErr(t, w.Unlink(RootIno, "f"))
 	w.Forget(f.Ino, 1)
 	if a := A(t)(w.GetAttr(f.Ino)); a.Nlink != 0 {

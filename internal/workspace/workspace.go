@@ -174,10 +174,15 @@ type Workspace struct {
 
 	renameMu sync.Mutex
 
-	// Owned by the committer's flusher goroutine (OnCommit) after Open.
+	// Owned by the committer's flusher goroutine (OnCommit) after Open,
+	// and by Close once the flusher has exited.
 	shadow    *namespace.Tree
 	sinceCkpt int64
 	shadowErr error
+	ckpt      struct {
+		running bool            // a checkpoint write is in flight
+		done    chan ckptResult // its result (capacity 1)
+	}
 
 	failed  atomic.Pointer[ioError] // sticky: set when an Enqueue fails
 	closed  atomic.Bool             // set by Close before the committer closes
@@ -270,6 +275,7 @@ func Open(opts Options) (*Workspace, error) {
 	}
 	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock,
 		lg: opts.Logger.With("workspace", opts.Dir)}
+	w.ckpt.done = make(chan ckptResult, 1)
 	if err := mkdirDurable(w.fs, opts.Dir); err != nil {
 		return nil, fmt.Errorf("workspace: create %s: %w", opts.Dir, err)
 	}
@@ -401,9 +407,11 @@ func (w *Workspace) now() int64 { return w.clock.Now().UnixNano() }
 
 // onCommit runs on the committer's flusher goroutine after each durable
 // group: it applies the group to the durable shadow and, once enough log has
-// accumulated, checkpoints the shadow and deletes the covered segments (the
-// log is single-goroutine and the flusher is its goroutine).
+// accumulated, starts a checkpoint of the shadow; a finished checkpoint's
+// covered segments are deleted here (the log is single-goroutine and the
+// flusher is its goroutine).
 func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
+	w.reapCheckpoint(false)
 	if w.shadowErr != nil {
 		return
 	}
@@ -420,25 +428,57 @@ func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 		}
 		w.sinceCkpt += int64(len(r.Data))
 	}
-	if w.sinceCkpt >= w.opts.CheckpointBytes {
-		w.checkpoint(group)
+	if w.sinceCkpt >= w.opts.CheckpointBytes && !w.ckpt.running {
+		w.startCheckpoint(group)
 	}
 }
 
-// checkpoint writes the shadow as the checkpoint of group and deletes the
-// log segments it covers. Flusher goroutine only.
-func (w *Workspace) checkpoint(group uint64) {
+// ckptResult is the outcome of a checkpoint write.
+type ckptResult struct {
+	group uint64
+	err   error
+}
+
+// startCheckpoint encodes the shadow (in memory, on the flusher) and writes
+// it as the checkpoint of group in the background, so that the synced
+// write of a large checkpoint does not hold up commits. Flusher only.
+func (w *Workspace) startCheckpoint(group uint64) {
 	w.sinceCkpt = 0
 	payload := w.shadow.EncodeCheckpoint()
-	if err := seglog.WriteCheckpoint(w.fs, w.ckptDir(), group, payload); err != nil {
-		w.lg.Error("checkpoint failed; the log keeps growing until one succeeds", "group", group, "err", err)
-		w.ckptErr.Store(&err)
+	w.ckpt.running = true
+	go func() {
+		w.ckpt.done <- ckptResult{group, seglog.WriteCheckpoint(w.fs, w.ckptDir(), group, payload)}
+	}()
+}
+
+// reapCheckpoint collects a finished checkpoint write (waiting for it if
+// wait) and, if it succeeded, deletes the log segments it covers: only
+// after WriteCheckpoint returned nil, and on the log's own goroutine (the
+// flusher, or Close after the flusher has exited).
+func (w *Workspace) reapCheckpoint(wait bool) {
+	if !w.ckpt.running {
+		return
+	}
+	var res ckptResult
+	if wait {
+		res = <-w.ckpt.done
+	} else {
+		select {
+		case res = <-w.ckpt.done:
+		default:
+			return
+		}
+	}
+	w.ckpt.running = false
+	if res.err != nil {
+		w.lg.Error("checkpoint failed; the log keeps growing until one succeeds", "group", res.group, "err", res.err)
+		w.ckptErr.Store(&res.err)
 		return
 	}
 	w.ckptErr.Store(nil)
-	w.ckptGrp.Store(group)
-	if err := w.log.DeleteThrough(group); err != nil {
-		w.lg.Error("deleting log segments covered by a checkpoint failed", "group", group, "err", err)
+	w.ckptGrp.Store(res.group)
+	if err := w.log.DeleteThrough(res.group); err != nil {
+		w.lg.Error("deleting log segments covered by a checkpoint failed", "group", res.group, "err", err)
 		w.ckptErr.Store(&err)
 	}
 }
@@ -518,6 +558,8 @@ func (w *Workspace) Close() error {
 	if err := w.com.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	// The flusher has exited: finish its checkpoint, if one is in flight.
+	w.reapCheckpoint(true)
 	if err := w.log.Close(); err != nil {
 		errs = append(errs, err)
 	}
