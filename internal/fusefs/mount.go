@@ -31,9 +31,15 @@
 //     (io.go), FOPEN_NOFLUSH for read-only opens: a file read back after it
 //     was written costs OPEN and an asynchronous RELEASE, no READ, no FLUSH
 //     (TestRoundTrips pins this).
-//   - writeback cache off: it adds a SETATTR per written file (7 requests
-//     instead of 6), excludes passthrough, and leaves file mtimes at the
-//     time the daemon receives the data. Available as Options.Writeback.
+//   - writeback cache off by default: it adds a SETATTR per written file
+//     (7 requests instead of 6) and a FLUSH per read-only close (the
+//     kernel ignores FOPEN_NOFLUSH with it), excludes passthrough, and
+//     leaves file mtimes at the time the daemon receives the data. It wins
+//     for files written in many small writes: 1 MiB in 4 KiB writes took
+//     3.9 ms and 5 requests with it against 15.3 ms and 261 requests
+//     without; in 64-byte writes 216 ms against 397 ms. The stress agent
+//     and most tools write a small file in one write(2), so the default
+//     favours them; Options.Writeback (wsfs mount --writeback) turns it on.
 //   - passthrough off by default although it reads a 64 MiB pooled file
 //     at 2.45 GB/s against 0.89 GB/s through the daemon: while a
 //     passthrough reader is open, the kernel forbids every other kind of
