@@ -7,6 +7,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
 )
 
 // TestConcurrentOps runs goroutines that create, write, read, rename
@@ -114,6 +117,13 @@ func TestConcurrentOps(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := dumpOf(w)
+		// Once everything is committed, the durable shadow (built only from
+		// committed records, in OnCommit) must equal the live tree. Barrier
+		// returns after OnCommit of the last group, so reading it is safe.
+		noErr(t, w.Sync())
+		if got := namespace.DumpString(w.shadow.Dump(func(b []byte) namespace.ObjectID { return namespace.ObjectID(pool.Sum(b)) })); got != want {
+			t.Fatalf("durable shadow differs from the live tree:\n%s\nwant:\n%s", got, want)
+		}
 		noErr(t, w.Close())
 		w = e.open()
 		defer w.Close()
