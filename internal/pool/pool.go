@@ -25,6 +25,10 @@ type Options struct {
 	// system's mtime, and GC compares mtimes with Clock()-grace. Tests
 	// advance it to age objects.
 	Clock func() time.Time
+
+	expFanWidth  int // 0: 2 digits; 1: 1 digit; 3: flat
+	expOverlap   bool
+	expWriteback bool
 }
 
 // Names under the pool directory and prefixes of temps in tmp/.
@@ -74,6 +78,13 @@ type Pool struct {
 		// fanout is the state of objects/<xx> for each first byte xx.
 		fanout [256]uint8
 	}
+
+	// exp: drain experiments (temporary).
+	exp struct {
+		fanWidth  int  // hex digits of fan-out: 2, 1, 0 (flat)
+		overlap   bool // directory syncs in the object syncs' worker pool
+		writeback bool // sync_file_range(WRITE) at publication
+	}
 }
 
 // durableWindow is how long after an object's mtime (as seen when this
@@ -114,6 +125,15 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	p.mu.verified = make(map[ID]int64)
 	p.mu.durable = make(map[ID]time.Time)
 	p.mu.corrupt = make(map[ID]struct{})
+	p.exp.fanWidth = 2
+	if opts.expFanWidth != 0 {
+		p.exp.fanWidth = opts.expFanWidth % 3
+		if p.exp.fanWidth == 0 {
+			p.mu.fanout[0] = fanoutExists | fanoutDurable
+		}
+	}
+	p.exp.overlap = opts.expOverlap
+	p.exp.writeback = opts.expWriteback
 
 	for _, d := range []string{p.objects, p.tmp} {
 		if err := fsys.MkdirAll(d, dirPerm); err != nil {
@@ -145,12 +165,24 @@ func (p *Pool) Dir() string { return p.dir }
 
 // Path returns the file name of object id (whether or not it exists).
 func (p *Pool) Path(id ID) string {
-	s := id.String()
-	return filepath.Join(p.objects, s[:2], s)
+	return filepath.Join(p.fanoutDir(id), id.String())
 }
 
 func (p *Pool) fanoutDir(id ID) string {
-	return filepath.Join(p.objects, hex.EncodeToString(id[:1]))
+	if p.exp.fanWidth == 0 {
+		return p.objects
+	}
+	return filepath.Join(p.objects, id.String()[:p.exp.fanWidth])
+}
+
+func (p *Pool) fanoutIdx(id ID) byte {
+	switch p.exp.fanWidth {
+	case 0:
+		return 0
+	case 1:
+		return id[0] >> 4
+	}
+	return id[0]
 }
 
 // parseFanout parses a fan-out directory name (two lowercase hex digits).
@@ -168,7 +200,7 @@ func parseFanout(name string) (byte, bool) {
 // ensureFanout makes sure objects/<xx> exists for id.
 func (p *Pool) ensureFanout(id ID) error {
 	p.mu.Lock()
-	st := p.mu.fanout[id[0]]
+	st := p.mu.fanout[p.fanoutIdx(id)]
 	p.mu.Unlock()
 	if st&fanoutExists != 0 {
 		return nil
@@ -178,7 +210,7 @@ func (p *Pool) ensureFanout(id ID) error {
 		return fmt.Errorf("pool: create fan-out directory %s: %w", d, err)
 	}
 	p.mu.Lock()
-	p.mu.fanout[id[0]] |= fanoutExists
+	p.mu.fanout[p.fanoutIdx(id)] |= fanoutExists
 	p.mu.Unlock()
 	return nil
 }
@@ -237,6 +269,9 @@ func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 		return id, false, err
 	}
 	_, werr := f.Write(data)
+	if werr == nil && p.exp.writeback {
+		startWriteback(f)
+	}
 	cerr := f.Close()
 	if werr == nil && cerr != nil {
 		werr = cerr

@@ -62,13 +62,70 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 		return nil
 	}
 
-	// Phase 1: object data.
+	// Directory jobs: each fan-out directory holding objects of todo once,
+	// and objects/ if a fan-out directory is not yet known durable.
+	type dirJob struct {
+		path string
+		ids  []ID // the objects whose entries this sync makes durable
+	}
+	var jobs []dirJob
+	byFanout := make(map[byte]int) // fan-out index -> index in jobs
+	var pendingFanouts []byte      // fan-outs not yet known durable: objects/ must be synced
+	var pendingIDs []ID
+	p.mu.Lock()
+	for _, id := range todo {
+		k := p.fanoutIdx(id)
+		j, ok := byFanout[k]
+		if !ok {
+			j = len(jobs)
+			byFanout[k] = j
+			jobs = append(jobs, dirJob{path: p.fanoutDir(id)})
+			if p.mu.fanout[k]&fanoutDurable == 0 {
+				pendingFanouts = append(pendingFanouts, k)
+			}
+		}
+		jobs[j].ids = append(jobs[j].ids, id)
+		if p.mu.fanout[k]&fanoutDurable == 0 {
+			pendingIDs = append(pendingIDs, id)
+		}
+	}
+	p.mu.Unlock()
+	if len(pendingFanouts) > 0 {
+		jobs = append(jobs, dirJob{path: p.objects, ids: pendingIDs})
+	}
+
 	mtimes := make([]time.Time, len(todo))
 	errs := make([]error, len(todo))
-	runBounded(len(todo), parallel, func(i int) {
-		mtimes[i], errs[i] = p.syncObject(todo[i])
-	})
+	derrs := make([]error, len(jobs))
+	if p.exp.overlap {
+		// One queue: the objects of each directory, then that directory.
+		type job struct{ obj, dir int }
+		q := make([]job, 0, len(todo)+len(jobs))
+		idx := make([][]int, len(jobs))
+		for i, id := range todo {
+			j := byFanout[p.fanoutIdx(id)]
+			idx[j] = append(idx[j], i)
+		}
+		for j := range jobs {
+			for _, i := range idx[j] {
+				q = append(q, job{obj: i, dir: -1})
+			}
+			q = append(q, job{obj: -1, dir: j})
+		}
+		runBounded(len(q), parallel, func(k int) {
+			if jb := q[k]; jb.obj >= 0 {
+				mtimes[jb.obj], errs[jb.obj] = p.syncObject(todo[jb.obj])
+			} else {
+				derrs[jb.dir] = vfs.SyncDir(p.fs, jobs[jb.dir].path)
+			}
+		})
+	} else {
+		runBounded(len(todo), parallel, func(i int) {
+			mtimes[i], errs[i] = p.syncObject(todo[i])
+		})
+	}
 	var se SyncError
+	republish := make(map[ID]struct{})
 	for i, err := range errs {
 		if err == nil {
 			continue
@@ -79,45 +136,16 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 		} else {
 			se.Republish = append(se.Republish, todo[i])
 		}
+		republish[todo[i]] = struct{}{}
 	}
-	if len(se.Errs) > 0 {
+	if len(se.Errs) > 0 && !p.exp.overlap {
 		return &se
 	}
-
-	// Phase 2: publication directories, each once.
-	type dirJob struct {
-		path string
-		ids  []ID // the objects whose entries this sync makes durable
+	if !p.exp.overlap {
+		runBounded(len(jobs), parallel, func(i int) {
+			derrs[i] = vfs.SyncDir(p.fs, jobs[i].path)
+		})
 	}
-	var jobs []dirJob
-	byFanout := make(map[byte]int) // first byte -> index in jobs
-	var pendingFanouts []byte      // fan-outs not yet known durable: objects/ must be synced
-	var pendingIDs []ID
-	p.mu.Lock()
-	for _, id := range todo {
-		j, ok := byFanout[id[0]]
-		if !ok {
-			j = len(jobs)
-			byFanout[id[0]] = j
-			jobs = append(jobs, dirJob{path: p.fanoutDir(id)})
-			if p.mu.fanout[id[0]]&fanoutDurable == 0 {
-				pendingFanouts = append(pendingFanouts, id[0])
-			}
-		}
-		jobs[j].ids = append(jobs[j].ids, id)
-		if p.mu.fanout[id[0]]&fanoutDurable == 0 {
-			pendingIDs = append(pendingIDs, id)
-		}
-	}
-	p.mu.Unlock()
-	if len(pendingFanouts) > 0 {
-		jobs = append(jobs, dirJob{path: p.objects, ids: pendingIDs})
-	}
-	derrs := make([]error, len(jobs))
-	runBounded(len(jobs), parallel, func(i int) {
-		derrs[i] = vfs.SyncDir(p.fs, jobs[i].path)
-	})
-	republish := make(map[ID]struct{})
 	for i, err := range derrs {
 		if err == nil {
 			continue
@@ -296,7 +324,7 @@ func (p *Pool) replaceDurably(id ID, tmp string, mtime time.Time, verifiedSize i
 	p.mu.Lock()
 	delete(p.mu.verified, id)
 	delete(p.mu.durable, id)
-	fanDurable := p.mu.fanout[id[0]]&fanoutDurable != 0
+	fanDurable := p.mu.fanout[p.fanoutIdx(id)]&fanoutDurable != 0
 	p.mu.Unlock()
 	if err := vfs.SyncDir(p.fs, p.fanoutDir(id)); err != nil {
 		return fmt.Errorf("pool: repair object %s (%s): %w; the object is not durable", id, reason, err)
@@ -307,7 +335,7 @@ func (p *Pool) replaceDurably(id ID, tmp string, mtime time.Time, verifiedSize i
 		}
 	}
 	p.mu.Lock()
-	p.mu.fanout[id[0]] |= fanoutDurable
+	p.mu.fanout[p.fanoutIdx(id)] |= fanoutDurable
 	setCache(p.mu.durable, id, mtime.Add(durableWindow))
 	if verifiedSize >= 0 {
 		setCache(p.mu.verified, id, verifiedSize)
