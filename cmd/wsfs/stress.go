@@ -34,7 +34,9 @@ filesystem holding --out. Arms:
   wsfs          wsfs mount, default per-entry drain
   wsfs-syncfs   wsfs mount, legacy syncfs drain
 Every arm fsyncs every 50th file. Writes results.json, report.md, bench.txt,
-plot.png and fsync_p99.png into --out, and removes each run's data after it.
+plot.png and fsync_p99.png into --out (OUT/logs keeps each daemon's log and
+each agent's result with its raw latency samples), and removes each run's
+data after it.
 Exit status 1 if any run failed verification, 3 if a requested arm could not
 run (the others' results are still written).`)
 	profile := fs.String("profile", "small", "workload per workspace: "+strings.Join(stress.ProfileNames, ", ")+" (seed = 8,000 files, ~600 MB)")
@@ -43,7 +45,7 @@ run (the others' results are still written).`)
 	repeat := fs.Int("repeat", 1, "runs of every arm and workspace count")
 	seed := fs.Int64("seed", 1, "workload seed")
 	out := fs.String("out", "stress-out", "output directory (data is written and removed under OUT/runs)")
-	layout := fs.String("layout", stress.LayoutShared, "storage layout: shared (all on the filesystem of --out) or dedicated")
+	layout := fs.String("layout", stress.LayoutShared, "storage layout: shared (all on the filesystem of --out) or dedicated (a `wsfs layout` of loop-backed state and pool filesystems per run; needs root)")
 	neighbours := fs.String("neighbours", "0", "comma-separated counts of noisy-neighbour processes writing buffered data on the same filesystem, e.g. 0,1")
 	nbBytes := fs.String("neighbour-bytes", "2GiB", "bytes each neighbour keeps rewriting (suffix KiB, MiB, GiB)")
 	keep := fs.Bool("keep", false, "keep each run's data instead of deleting it")
