@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +60,18 @@ func skipWithoutFUSE(t *testing.T) {
 	if err := fusefs.CheckFUSE(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 func TestHostCommands(t *testing.T) {
@@ -119,6 +134,7 @@ func TestMountServeAndStop(t *testing.T) {
 	home := newHost(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	mp := filepath.Join(home, "mnt", "ws")
+	metricsAddr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	type result struct {
 		code int
@@ -127,7 +143,7 @@ func TestMountServeAndStop(t *testing.T) {
 	done := make(chan result, 1)
 	stopped := false
 	go func() {
-		code, out := wsfsRun(ctx, "mount", "--home", home, "--ready-file", ready, "--group-window", "5ms", "ws")
+		code, out := wsfsRun(ctx, "mount", "--home", home, "--ready-file", ready, "--group-window", "5ms", "--metrics", metricsAddr, "ws")
 		done <- result{code, out}
 	}()
 	t.Cleanup(func() {
@@ -157,6 +173,26 @@ func TestMountServeAndStop(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(mp, "hello"), []byte("world"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// fsync: the group commits, so the commit metrics have samples.
+	if f, err := os.Open(filepath.Join(mp, "hello")); err != nil {
+		t.Fatal(err)
+	} else {
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`wsfs_fuse_ops_total{op="CREATE",workspace="ws"} 1`, `wsfs_commit_group_records_count{workspace="ws"}`, `wsfs_commit_pending_records{workspace="ws"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 
 	code, out := wsfsRun(context.Background(), "mount", "--home", home, "ws", t.TempDir())
