@@ -39,6 +39,7 @@ type mnode struct {
 	dirty   []byte // unflushed writes (shared by the inode's handles)
 	isDirty bool
 	ino     Ino
+	xattrs  map[string]string
 }
 
 type model struct {
@@ -95,6 +96,16 @@ func (m *model) render() string {
 		}
 		if n == m.root {
 			e.Uid, e.Gid = m.uid, m.gid
+		}
+		if len(n.xattrs) > 0 {
+			keys := make([]string, 0, len(n.xattrs))
+			for k := range n.xattrs {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				e.Xattrs += fmt.Sprintf("%s=%x;", k, n.xattrs[k])
+			}
 		}
 		out = append(out, e)
 		names := make([]string, 0, len(n.kids))
@@ -375,7 +386,41 @@ func crashRun(t *testing.T, seed uint64, nops int) (snaps []string, points []clo
 			check("chmod", err)
 			n.perm = perm
 			snap()
-		case op < 90: // fsync: a file through a handle, a directory, or the workspace
+		case op < 84 && len(ents) > 0: // set or remove an xattr
+			p := ents[r.IntN(len(ents))]
+			n := p.dir.kids[p.name]
+			name := "user." + names[r.IntN(3)]
+			if _, ok := n.xattrs[name]; ok && r.IntN(2) == 0 {
+				check("removexattr", w.RemoveXattr(n.ino, name))
+				delete(n.xattrs, name)
+			} else {
+				v := fmt.Sprintf("v%d", r.IntN(100))
+				check("setxattr", w.SetXattr(n.ino, name, []byte(v), 0))
+				if n.xattrs == nil {
+					n.xattrs = map[string]string{}
+				}
+				n.xattrs[name] = v
+			}
+			snap()
+		case op < 87 && len(files) > 0: // rewrite with O_TRUNC
+			p := files[r.IntN(len(files))]
+			n := p.dir.kids[p.name]
+			h, err := w.OpenFile(n.ino, syscall.O_WRONLY|syscall.O_TRUNC)
+			check("open O_TRUNC", err)
+			// The truncation is a content change of its own, and it
+			// discards unflushed writes of other handles too.
+			n.content, n.dirty, n.isDirty = nil, nil, false
+			snap()
+			data := randData()
+			_, err = h.WriteAt(data, 0)
+			check("write", err)
+			mwrite(n, 0, data)
+			check("flush", h.Flush()) // close(2): the kernel flushes, then releases
+			check("release", h.Release())
+			if mflush(n) {
+				snap()
+			}
+		case op < 93: // fsync: a file through a handle, a directory, or the workspace
 			switch {
 			case len(handles) > 0 && r.IntN(2) == 0:
 				for h, n := range handles {
