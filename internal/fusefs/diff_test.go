@@ -22,12 +22,14 @@ import (
 // links to directories, and so on.
 func TestDifferential(t *testing.T) {
 	for seed := range uint64(3) {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { differential(t, seed) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { differential(t, seed, Options{}) })
 	}
+	t.Run("writeback", func(t *testing.T) { differential(t, 3, Options{Writeback: true}) })
+	t.Run("passthrough", func(t *testing.T) { differential(t, 4, Options{Passthrough: true}) })
 }
 
-func differential(t *testing.T, seed uint64) {
-	e := newEnv(t, Options{})
+func differential(t *testing.T, seed uint64, opts Options) {
+	e := newEnv(t, opts)
 	native := t.TempDir()
 	rng := rand.New(rand.NewPCG(seed, 2))
 	names := []string{"a", "b", "c", "d", "d", "d/e", "d/f", "d/g/h", "g", "d/g", "g/x"}
