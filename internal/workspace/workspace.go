@@ -50,6 +50,7 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -334,6 +335,11 @@ func Open(opts Options) (*Workspace, error) {
 		for i, data := range records {
 			rec, err := namespace.DecodeRecord(data)
 			if err == nil {
+				// Decoded bytes alias the whole segment buffer; copy them so
+				// that a surviving inline file does not pin a segment in
+				// memory. Both trees share the copy.
+				rec.Content.Inline = bytes.Clone(rec.Content.Inline)
+				rec.Value = bytes.Clone(rec.Value)
 				if err = w.tree.Apply(rec); err == nil {
 					err = w.shadow.Apply(rec)
 				}
