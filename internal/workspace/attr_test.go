@@ -141,3 +141,26 @@ func TestObjectFile(t *testing.T) {
 		})
 	}
 }
+
+func TestStatFSReadlinkAndErrorText(t *testing.T) {
+	envs(t, func(t *testing.T, e *env) {
+		w := e.open()
+		defer w.Close()
+		st, err := w.StatFS()
+		noErr(t, err)
+		if st.Blocks == 0 || st.BlockSize == 0 {
+			t.Fatalf("statfs %+v", st)
+		}
+		l := A(t)(w.Symlink(RootIno, "l", "some/where", me))
+		if got, err := w.Readlink(l.Ino); err != nil || got != "some/where" {
+			t.Fatalf("readlink %q %v", got, err)
+		}
+		if l.Size != uint64(len("some/where")) || l.Mode != syscall.S_IFLNK|0o777 {
+			t.Fatalf("symlink attr %+v", l)
+		}
+		_, err = w.Lookup(RootIno, "nope")
+		if got, want := err.Error(), `workspace: lookup inode 1 "nope": no such file or directory`; got != want {
+			t.Fatalf("error text %q, want %q", got, want)
+		}
+	})
+}
