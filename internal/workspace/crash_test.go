@@ -350,6 +350,15 @@ func crashRun(t *testing.T, seed uint64, nops int) (snaps []string, points []clo
 			delete(src.dir.kids, src.name)
 			dir.kids[name] = sn
 			snap()
+		case op < 62 && len(ents) > 1: // RENAME_EXCHANGE of two entries
+			a, b := ents[r.IntN(len(ents))], ents[r.IntN(len(ents))]
+			an, bn := a.dir.kids[a.name], b.dir.kids[b.name]
+			if an == bn || (an.dir && isUnder(b.dir, an)) || (bn.dir && isUnder(a.dir, bn)) {
+				continue
+			}
+			check("exchange", w.Rename(a.dir.ino, a.name, b.dir.ino, b.name, 2 /* RENAME_EXCHANGE */))
+			a.dir.kids[a.name], b.dir.kids[b.name] = bn, an
+			snap()
 		case op < 65 && len(files) > 0 && !exists: // link
 			p := files[r.IntN(len(files))]
 			n := p.dir.kids[p.name]
