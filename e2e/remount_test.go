@@ -22,15 +22,17 @@ import (
 func TestRemount(t *testing.T) {
 	forEachTarget(t, mountOpts{}, func(t *testing.T, tg *target) {
 		r := rand.New(rand.NewSource(1))
-		writeRemountTree(t, tg.root, r)
+		timed(t, "write the tree", func() { writeRemountTree(t, tg.root, r) })
 		o := snapOpts{mtime: true, dirLink: true, skip: func(rel string) bool { return rel == "huge.img" }}
-		before, err := snapshot(tg.root, o)
+		var before, after tree
+		var err error
+		timed(t, "snapshot", func() { before, err = snapshot(tg.root, o) })
 		if err != nil {
 			t.Fatal(err)
 		}
 		for round := 1; round <= 2; round++ {
-			tg.remount(t)
-			after, err := snapshot(tg.root, o)
+			timed(t, "unmount and mount", func() { tg.remount(t) })
+			timed(t, "snapshot", func() { after, err = snapshot(tg.root, o) })
 			if err != nil {
 				t.Fatalf("remount %d: %v", round, err)
 			}
@@ -92,12 +94,14 @@ func writeRemountTree(t *testing.T, root string, r *rand.Rand) {
 	must(err)
 	must(f.Truncate(sparseSize))
 	must(f.Close())
-	f, err = os.Create(filepath.Join(root, "huge.img"))
-	must(err)
-	_, err = f.WriteAt(hugeBlock, hugeBlockAt)
-	must(err)
-	must(f.Truncate(hugeSize))
-	must(f.Close())
+	timed(t, "create huge.img (sparse, 5 GiB)", func() {
+		f, err = os.Create(filepath.Join(root, "huge.img"))
+		must(err)
+		_, err = f.WriteAt(hugeBlock, hugeBlockAt)
+		must(err)
+		must(f.Truncate(hugeSize))
+		must(f.Close())
+	})
 
 	// Symlinks: to a file, to a directory, dangling, absolute-looking.
 	must(os.Symlink("small.txt", filepath.Join(root, "link-file")))

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 )
@@ -18,6 +19,7 @@ const (
 	sqlAccounts = 10
 	sqlStart    = 1000
 	sqlReaders  = 3
+	readerPause = time.Millisecond
 )
 
 // TestToolsSQLite runs SQLite in WAL mode inside the target (its -shm index
@@ -166,6 +168,9 @@ func sqliteReader(db *sql.DB, done <-chan struct{}) (int, error) {
 			return n, fmt.Errorf("read %d: %d log rows, fewer than the %d seen before", n, count, seen)
 		}
 		seen = count
+		// Readers poll, as an agent's status reader would, rather than
+		// spin: three spinning readers on two cores measure the scheduler.
+		time.Sleep(readerPause)
 	}
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Bounds of the tool runs (hang guards, not performance thresholds).
@@ -314,4 +317,40 @@ func makeTarSource(t *testing.T, root string, n int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestACLXattrKeepsMode does what cp -a and rsync -A do to preserve a mode:
+// create the file 0600, then set system.posix_acl_access to the ACL of
+// mode 0644. A filesystem must either refuse the attribute (EOPNOTSUPP;
+// the tools then chmod) or apply it to the mode; accepting it as an
+// opaque attribute silently leaves every copied file 0600.
+func TestACLXattrKeepsMode(t *testing.T) {
+	forEachTarget(t, mountOpts{}, func(t *testing.T, tg *target) {
+		p := filepath.Join(tg.root, "f")
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// ACL xattr v2: USER_OBJ rw-, GROUP_OBJ r--, OTHER r-- (mode 0644).
+		acl := []byte{2, 0, 0, 0,
+			1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff,
+			4, 0, 4, 0, 0xff, 0xff, 0xff, 0xff,
+			0x20, 0, 4, 0, 0xff, 0xff, 0xff, 0xff}
+		err := unix.Setxattr(p, "system.posix_acl_access", acl, 0)
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			t.Logf("system.posix_acl_access refused with EOPNOTSUPP (tools fall back to chmod)")
+			return
+		}
+		if err != nil {
+			t.Fatalf("setxattr system.posix_acl_access: %v (want success or EOPNOTSUPP)", err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o644 {
+			t.Fatalf("setxattr system.posix_acl_access (ACL of mode 0644) succeeded but the mode is %#o: "+
+				"the ACL was stored as an opaque attribute; cp -a and rsync -A then leave files with the wrong mode "+
+				"(refuse system.posix_acl_* with EOPNOTSUPP, or apply them)", fi.Mode().Perm())
+		}
+	})
 }
