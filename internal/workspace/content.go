@@ -194,6 +194,9 @@ func (h *Handle) WriteAt(p []byte, off int64) (int, error) {
 	if err := h.w.usable(); err != nil {
 		return 0, wsErr("write", ino, "", err)
 	}
+	if len(p) == 0 {
+		return 0, nil // changes nothing, not even mtime (as write(2) of 0 bytes)
+	}
 	d, err := h.w.dirtyLocked(n, true)
 	if err != nil {
 		return 0, wsErr("write", ino, "", err)
