@@ -169,10 +169,13 @@ first); fsync returns once everything before it is durable.`)
 		lg.Info("unmounted cleanly", "took", time.Since(start).Round(time.Millisecond))
 		return nil
 	case <-srv.Done():
-		// Unmounted from outside (umount, fusermount -u).
-		cerr := closeWS()
-		lg.Warn("the mount was removed from outside; committed and closed", "mountpoint", mp)
-		return cerr
+		// Unmounted from outside (umount, fusermount -u): everything the
+		// kernel sent is committed by Close, but the daemon did not stop
+		// by request, so it exits with a failure (a supervisor restarts it).
+		if err := closeWS(); err != nil {
+			return err
+		}
+		return fmt.Errorf("the mount at %s was removed from outside; workspace committed and closed", mp)
 	}
 }
 
