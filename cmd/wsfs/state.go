@@ -25,7 +25,10 @@ What Litestream promises: replication is ASYNCHRONOUS. A committed
 transaction reaches the replica within about one sync interval (1s by
 default); if the host is lost, the last interval can be missing from the
 replica. A restore always gives a consistent database: a prefix of the
-committed transactions, not necessarily the last one.
+committed transactions, not necessarily the last one. Agents must open the
+database with PRAGMA wal_autocheckpoint=0 and leave checkpoints to the
+sidecar: with the application checkpointing, a sidecar killed and
+restarted under load left replicas with lost pages in wsfs's tests.
 
   wsfs state sync NAME
       Ask the running sidecar to upload everything committed so far and wait

@@ -34,7 +34,10 @@
 //
 // If the sidecar is killed, the local database keeps every committed
 // transaction (SQLite's own durability); a restarted sidecar resumes from
-// the replica's position and uploads what it missed.
+// the replica's position and uploads what it missed. This holds when the
+// agent leaves checkpoints to Litestream (wal_autocheckpoint=0, as OpenDB
+// and DSN set): with the application checkpointing, a kill-and-restart
+// under load produced replicas with lost pages in our tests (see DSN).
 package agentstate
 
 import (
@@ -91,11 +94,11 @@ func PathsFor(h *host.Host, name string) Paths {
 //   - wal_autocheckpoint(0): the application never checkpoints; Litestream
 //     does (passive checkpoints every ~1000 pages, as Litestream's own tips
 //     recommend). With the application's default autocheckpoint on, a
-//     sidecar killed mid-stream and restarted under continuous writes left
-//     a replica missing rows in the middle in one of four runs of
-//     TestSidecarKilledMidStreamResumes (Litestream v0.5.18); with it off,
-//     none did. So the agent's connections leave checkpoints to the
-//     sidecar. The WAL grows while no
+//     sidecar SIGKILLed and restarted under continuous writes left a
+//     replica missing rows in the middle (not a prefix: lost pages) in 2 of
+//     14 runs of TestSidecarKilledMidStreamResumes (Litestream v0.5.18);
+//     with it off, in none of 33. So the agent's connections leave
+//     checkpoints to the sidecar. The WAL grows while no
 //     sidecar runs and shrinks at the sidecar's next checkpoint.
 //
 // Synchronous stays at SQLite's default FULL: a committed transaction

@@ -43,7 +43,8 @@ type Options struct {
 	// CheckTimeout bounds the start-up reachability check of the replica.
 	// Default 10s.
 	CheckTimeout time.Duration
-	// ShutdownSyncTimeout bounds the final sync in Close. Default 30s.
+	// ShutdownSyncTimeout bounds Close (final sync and release). Default
+	// 20s: below the supervisor's default stop timeout of 30s.
 	ShutdownSyncTimeout time.Duration
 	// Logger receives the sidecar's and Litestream's messages.
 	Logger *slog.Logger
@@ -129,7 +130,7 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		opts.CheckTimeout = 10 * time.Second
 	}
 	if opts.ShutdownSyncTimeout <= 0 {
-		opts.ShutdownSyncTimeout = litestream.DefaultShutdownSyncTimeout
+		opts.ShutdownSyncTimeout = 20 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -263,10 +264,14 @@ func (s *Sidecar) Status() Status {
 	s.mu.Lock()
 	st.Error = s.mu.lastErr
 	s.mu.Unlock()
-	if st.Error == "" && st.ReplicaTXID == 0 && st.LocalTXID > 0 {
+	switch {
+	case st.Error != "":
+	case st.ReplicaTXID == 0 && st.LocalTXID > 0:
 		// Litestream clears the replica position when a background sync
 		// fails; say so rather than show a silent zero.
 		st.Error = "replica position unknown (a background sync failed; see the sidecar log)"
+	case st.LocalTXID > st.ReplicaTXID && !st.LastSyncAt.IsZero() && st.UpdatedAt.Sub(st.LastSyncAt) > 10*s.opts.SyncInterval:
+		st.Error = fmt.Sprintf("no successful replica sync for %s while transactions wait (see the sidecar log)", st.UpdatedAt.Sub(st.LastSyncAt).Round(time.Second))
 	}
 	return st
 }
@@ -284,9 +289,12 @@ func (s *Sidecar) Close(ctx context.Context) (Position, error) {
 	s.mu.closed = true
 	s.mu.Unlock()
 
+	// One deadline for the whole shutdown, so that a supervisor's stop
+	// timeout (longer than ShutdownSyncTimeout) is never hit by a sidecar
+	// whose replica hangs.
 	sctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownSyncTimeout)
+	defer cancel()
 	pos, syncErr := s.Sync(sctx)
-	cancel()
 	if s.ln != nil {
 		s.ln.Close()
 	}
@@ -295,7 +303,10 @@ func (s *Sidecar) Close(ctx context.Context) (Position, error) {
 	if s.opts.StatusPath != "" {
 		s.writeStatus()
 	}
-	err := s.store.Close(ctx)
+	// Litestream's Close syncs once more (covering anything committed since
+	// the sync above); no retry loop: the deadline above bounds it.
+	s.store.SetShutdownSyncTimeout(0)
+	err := s.store.Close(sctx)
 	if s.ln != nil {
 		vfs.Default.Remove(s.opts.SocketPath)
 	}
