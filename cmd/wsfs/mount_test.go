@@ -247,11 +247,15 @@ func TestMountServeAndStop(t *testing.T) {
 	if err != nil || string(b) != "world" {
 		t.Errorf("after remount: %q %v", b, err)
 	}
-	cancel2()
+	// An unmount from outside ends the daemon with exit code 1.
+	if out, err := exec.Command("umount", mp).CombinedOutput(); err != nil {
+		cancel2()
+		t.Fatalf("umount: %v %s", err, out)
+	}
 	select {
 	case c := <-done2:
-		if c != 0 {
-			t.Errorf("second daemon exit %d", c)
+		if c != exitFailure {
+			t.Errorf("daemon after an external unmount: exit %d, want %d", c, exitFailure)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("second daemon did not stop")
