@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -48,7 +49,7 @@ func TestKill(t *testing.T) {
 			rounds = min(rounds, 6)
 		}
 		var prev tree // earlier rounds, as checked
-		violations, totalOps, totalAcked := 0, 0, 0
+		violations, totalOps, totalAcked, finishedEarly := 0, 0, 0, 0
 		var spans []int // k - acked per round
 		for round := range rounds {
 			dir := fmt.Sprintf("r%03d", round)
@@ -60,7 +61,7 @@ func TestKill(t *testing.T) {
 			}
 			rseed := seed + int64(round)
 			delay := killMinDelay + time.Duration(r.Int63n(int64(killMaxDelay-killMinDelay)))
-			j := startKillWorkload(t, filepath.Join(tg.root, dir), rseed, tg.kind == kindNative)
+			j := startKillWorkload(t, filepath.Join(tg.root, dir), rseed, tg.kind == kindNative, maxKillOps)
 			time.Sleep(delay)
 			j.killed.Store(true)
 			if tg.kind == kindWsfs {
@@ -71,6 +72,9 @@ func TestKill(t *testing.T) {
 			}
 			if j.failedEarly != nil {
 				t.Fatalf("round %d (seed %d): the workload failed before the kill: %v", round, rseed, j.failedEarly)
+			}
+			if tg.kind == kindWsfs && j.ended == nil {
+				finishedEarly++ // ran out of ops before the kill: no crash mid-workload
 			}
 			if tg.kind == kindWsfs {
 				tg.mnt.mountpoint = ""
@@ -103,6 +107,9 @@ func TestKill(t *testing.T) {
 			t.Errorf("after the last round and a clean remount:\n  %s", strings.Join(others, "\n  "))
 		}
 		t.Logf("kill rounds: %d, violations: %d", rounds, violations)
+		if finishedEarly > 0 {
+			t.Errorf("%d of %d rounds ran all %d ops before the kill: raise maxKillOps", finishedEarly, rounds, maxKillOps)
+		}
 		t.Logf("ops started: %d, covered by an acknowledged fsync: %d; recovered prefix beyond the last acknowledged op, per round: %v",
 			totalOps, totalAcked, spans)
 	})
@@ -124,7 +131,7 @@ type killJournal struct {
 // fails (on a mount: the daemon was killed, so the next op fails as it
 // would for an agent) or, with stopOnKill (native: nothing to kill),
 // until killed is set.
-func startKillWorkload(t *testing.T, dir string, seed int64, stopOnKill bool) *killJournal {
+func startKillWorkload(t *testing.T, dir string, seed int64, stopOnKill bool, limit int) *killJournal {
 	t.Helper()
 	dirfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -135,7 +142,7 @@ func startKillWorkload(t *testing.T, dir string, seed int64, stopOnKill bool) *k
 	go func() {
 		defer close(j.done)
 		defer unix.Close(dirfd)
-		for j.started < maxKillOps {
+		for j.started < limit {
 			if stopOnKill && j.killed.Load() {
 				return
 			}
@@ -281,3 +288,72 @@ func checkEarlierRounds(root, current string, prev tree) []string {
 	return out
 }
 
+
+// TestKillCheckerDetects proves the kill test's checker can fail: on a
+// native run of the workload it accepts the untouched tree and rejects a
+// torn fsynced file, a lost fsynced create and an entry no op made.
+func TestKillCheckerDetects(t *testing.T) {
+	const ops = 300
+	run := func(t *testing.T) (string, *killJournal) {
+		dir := t.TempDir()
+		j := startKillWorkload(t, dir, 42, true, ops)
+		if err := j.wait(workloadTimeout); err != nil || j.failedEarly != nil || j.started != ops {
+			t.Fatalf("native workload: wait %v, failed %v, %d ops started", err, j.failedEarly, j.started)
+		}
+		return dir, j
+	}
+	t.Run("untouched", func(t *testing.T) {
+		dir, j := run(t)
+		if k, problems := checkKillRound(dir, j); len(problems) > 0 || k != ops {
+			t.Fatalf("k %d, problems:\n%s", k, strings.Join(problems, "\n"))
+		}
+	})
+	// lastFsynced returns the last acknowledged op that fsynced a file
+	// still present at the end.
+	lastFsynced := func(t *testing.T, dir string, j *killJournal, kinds ...string) killOp {
+		for i := j.acked - 1; i >= 0; i-- {
+			op := j.ops[i]
+			if op.fsync == op.path && slices.Contains(kinds, op.kind) {
+				if fi, err := os.Lstat(filepath.Join(dir, op.path)); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+					return op
+				}
+			}
+		}
+		t.Fatal("no fsynced file survives in the workload")
+		return killOp{}
+	}
+	t.Run("torn", func(t *testing.T) {
+		dir, j := run(t)
+		op := lastFsynced(t, dir, j, "create", "write", "append")
+		p := filepath.Join(dir, op.path)
+		fi, _ := os.Stat(p)
+		if err := os.Truncate(p, fi.Size()-1); err != nil {
+			t.Fatal(err)
+		}
+		_, problems := checkKillRound(dir, j)
+		if len(problems) == 0 {
+			t.Fatalf("a torn %s went unnoticed", op.path)
+		}
+		t.Logf("detected: %s", problems[0])
+	})
+	t.Run("lost", func(t *testing.T) {
+		dir, j := run(t)
+		op := lastFsynced(t, dir, j, "create")
+		if err := os.Remove(filepath.Join(dir, op.path)); err != nil {
+			t.Fatal(err)
+		}
+		if _, problems := checkKillRound(dir, j); len(problems) == 0 {
+			t.Fatalf("the loss of fsynced %s went unnoticed", op.path)
+		}
+	})
+	t.Run("extra", func(t *testing.T) {
+		// An entry no op made: a state no prefix reaches.
+		dir, j := run(t)
+		if err := os.Mkdir(filepath.Join(dir, "extra"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, problems := checkKillRound(dir, j); len(problems) == 0 {
+			t.Fatal("an entry no op created went unnoticed")
+		}
+	})
+}
