@@ -6,6 +6,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
 
@@ -65,6 +66,16 @@ type cacheStamp struct {
 // chooseIO sets of.mode and the open flags, or refuses the open with
 // ETXTBSY (see inodeIO).
 func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.OpenOut) error {
+	// Open the backing object before taking ioMu: the first open of an
+	// object in this process verifies its hash, which must not hold up
+	// every other OPEN and RELEASE.
+	var obj *backing
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && !r.passthroughOff.Load() {
+		obj = openBacking(of.h)
+		if obj != nil {
+			defer obj.f.Close() // the kernel keeps its own reference once registered
+		}
+	}
 	r.ioMu.Lock()
 	defer r.ioMu.Unlock()
 	st := r.ioMu.inodes[of.ino]
@@ -72,7 +83,7 @@ func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.O
 		st = &inodeIO{}
 		r.ioMu.inodes[of.ino] = st
 	}
-	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && st.cached == 0 && r.tryPassthrough(of, st, out) {
+	if obj != nil && st.cached == 0 && r.tryPassthrough(of, st, obj, out) {
 		return nil
 	}
 	if st.passthrough > 0 {
@@ -88,39 +99,45 @@ func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.O
 	return nil
 }
 
-// tryPassthrough gives the open a backing file if the handle has one and the
-// kernel accepts it. ioMu must be held.
-func (r *rawFS) tryPassthrough(of *openFile, st *inodeIO, out *fuse.OpenOut) bool {
+// backing is a pool object file that may become an inode's backing file.
+type backing struct {
+	f        vfs.File
+	dev, ino uint64 // identity, to check that opens share one object
+}
+
+// openBacking returns the handle's object file, or nil if the content is
+// not one OS-backed pool object.
+func openBacking(h *workspace.Handle) *backing {
+	f, ok := h.ObjectFile()
+	if !ok {
+		return nil
+	}
+	var s unix.Stat_t
+	if f.Fd() == ^uintptr(0) || unix.Fstat(int(f.Fd()), &s) != nil {
+		f.Close()
+		return nil
+	}
+	return &backing{f: f, dev: s.Dev, ino: s.Ino}
+}
+
+// tryPassthrough makes the open a passthrough open of obj if the kernel
+// accepts it. ioMu must be held.
+func (r *rawFS) tryPassthrough(of *openFile, st *inodeIO, obj *backing, out *fuse.OpenOut) bool {
 	if r.passthroughOff.Load() {
 		return false
 	}
-	f, ok := of.h.ObjectFile()
-	if !ok {
-		return false
-	}
-	// The kernel takes its own reference to the backing file at
-	// registration; ours is not needed afterwards.
-	defer f.Close()
-	if f.Fd() == ^uintptr(0) {
-		return false
-	}
-	var s unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &s); err != nil {
-		return false
-	}
 	if st.passthrough > 0 {
-		if st.backingDev != s.Dev || st.backingIno != s.Ino {
+		if st.backingDev != obj.dev || st.backingIno != obj.ino {
 			return false // a different object than the one in use: not allowed by the kernel
 		}
 	} else {
-		srv := r.server.Load()
-		id, errno := srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(f.Fd())})
+		id, errno := r.server.Load().RegisterBackingFd(&fuse.BackingMap{Fd: int32(obj.f.Fd())})
 		if errno != 0 {
 			r.log.Warn("kernel refused a FUSE passthrough backing file; serving reads through the daemon from now on", "err", errno)
 			r.passthroughOff.Store(true)
 			return false
 		}
-		st.backingID, st.backingDev, st.backingIno = id, s.Dev, s.Ino
+		st.backingID, st.backingDev, st.backingIno = id, obj.dev, obj.ino
 	}
 	st.passthrough++
 	of.mode = ioPassthrough
