@@ -27,7 +27,10 @@ HOME/mnt/NAME') and its agent-state replication sidecar ('wsfs sidecar
 NAME') as child processes, and restarts a child that dies, with exponential
 backoff (--min-backoff doubling up to --max-backoff), logging who died, how
 and when it restarts. --workspaces N first creates ws-1..ws-N where missing
-(and the host, if HOME has none).
+(and the host, if HOME has none). Prints "ready" on stdout once every
+workspace is mounted; logs go to stderr. Runtime files: HOME/run/NAME.ready
+(daemon ready files) and HOME/run/up.json (pids, restarts; read by 'wsfs
+status').
 
 Agents find their state database in $` + agentstate.EnvVar + `
 (STATE/workspaces/NAME/agent/state.db); see 'wsfs state -h' for what its
