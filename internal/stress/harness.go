@@ -193,7 +193,10 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	for rep := 1; rep <= opts.Repeat; rep++ {
 		for _, nb := range opts.Neighbours {
 			for _, n := range opts.Workspaces {
-				for _, arm := range arms {
+				// Each repeat rotates the arm order, so no arm always runs
+				// first (on a cold host) or right after the same neighbour.
+				for k := range arms {
+					arm := arms[(k+rep-1)%len(arms)]
 					if ctx.Err() != nil {
 						break
 					}
