@@ -23,7 +23,8 @@ func init() {
 const statusAbout = `
 One line per workspace of the host:
 
-  MOUNTED   whether its mount point (HOME/mnt/NAME) is mounted (mount table)
+  MOUNTED   yes / no: whether its mount point (HOME/mnt/NAME) is mounted
+            (mount table); dead: mounted but its daemon is gone
   GROUP     last committed group, AGE since it committed, PENDING records
             (from the daemon's status file, rewritten every second)
   REPLICA   last Litestream transaction (TXID) of the agent state database

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"wsfs/internal/agentstate"
@@ -38,6 +39,7 @@ type WorkspaceStatus struct {
 	MountPoint string
 	Mounted    bool
 	FSType     string // of the mount, when mounted
+	DeadMount  bool   // mounted, but the daemon behind it is gone (ENOTCONN)
 
 	Daemon      *DaemonStatus // nil if there is no status file
 	DaemonStale bool          // the file is older than StaleAfter
@@ -67,6 +69,9 @@ func Collect(h *host.Host, now time.Time) ([]WorkspaceStatus, error) {
 		ws := WorkspaceStatus{Name: n, MountPoint: h.MountPoint(n)}
 		if m, ok := layout.MountedAt(mounts, ws.MountPoint); ok {
 			ws.Mounted, ws.FSType = true, m.FSType
+			if _, err := os.Stat(ws.MountPoint); errors.Is(err, syscall.ENOTCONN) {
+				ws.DeadMount = true
+			}
 		}
 		p := filepath.Join(h.WorkspaceDir(n), DaemonStatusName)
 		if st, mtime, err := readDaemonStatus(p); err == nil {
@@ -121,11 +126,17 @@ func readDaemonStatus(path string) (DaemonStatus, time.Time, error) {
 // NAME MOUNTED GROUP AGE PENDING REPLICA LAG NOTE. Unknown values are "-".
 func (w WorkspaceStatus) Columns(now time.Time) []string {
 	mounted := "no"
-	if w.Mounted {
+	switch {
+	case w.DeadMount:
+		mounted = "dead"
+	case w.Mounted:
 		mounted = "yes"
 	}
 	group, age, pending, replica, lag := "-", "-", "-", "-", "-"
 	var notes []string
+	if w.DeadMount {
+		notes = append(notes, "mount point answers ENOTCONN: its daemon died; `wsfs up` restarts it, or unmount with umount -l")
+	}
 	if d := w.Daemon; d != nil {
 		group = fmt.Sprint(d.Group)
 		if !d.CommittedAt.IsZero() {
