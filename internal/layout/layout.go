@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -486,8 +487,8 @@ func Status(h *host.Host, dir string) ([]FSStatus, error) {
 // Destroy unmounts the layout's filesystems, detaches their loop devices and
 // removes their images and the record: every byte stored in the host's
 // state and pool directories goes with them. It refuses (ErrBusy) while a
-// daemon holds a workspace lock or anything is mounted under the host's
-// mount directory, and (ErrNotRoot) without root.
+// daemon holds a workspace lock, a sidecar runs or anything is mounted
+// under the host's mount directory, and (ErrNotRoot) without root.
 func Destroy(h *host.Host, opts Options) error {
 	if err := opts.checkRoot(); err != nil {
 		return err
@@ -543,8 +544,9 @@ func Destroy(h *host.Host, opts Options) error {
 	return nil
 }
 
-// checkIdle refuses while a workspace daemon runs (its lock is held) or a
-// mount lives under the host's mount directory.
+// checkIdle refuses while a workspace daemon runs (its lock is held), a
+// sidecar runs (its socket answers) or a mount lives under the host's mount
+// directory.
 func checkIdle(h *host.Host) error {
 	names, err := h.Workspaces()
 	if err != nil {
@@ -558,6 +560,13 @@ func checkIdle(h *host.Host) error {
 		}
 		if locked {
 			busy = append(busy, n+" (daemon running)")
+		}
+		// A running agent-state sidecar answers on its socket (the name is
+		// agentstate.SocketName; not imported to keep layout free of
+		// Litestream).
+		if c, err := net.DialTimeout("unix", filepath.Join(h.AgentDir(n), "sidecar.sock"), time.Second); err == nil {
+			c.Close()
+			busy = append(busy, n+" (agent-state sidecar running)")
 		}
 	}
 	mounts, err := Mounts()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +181,29 @@ func TestCreateUseStatusDestroy(t *testing.T) {
 		t.Errorf("refused destroy changed the layout: %+v %v", st, err)
 	}
 	lock.Close()
+
+	// ... and while a sidecar answers on its socket.
+	if err := os.MkdirAll(h.AgentDir("ws-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(h.AgentDir("ws-1"), "sidecar.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	err = Destroy(h, opts)
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "sidecar") {
+		t.Errorf("destroy while a sidecar runs: %v, want ErrBusy naming the sidecar", err)
+	}
+	ln.Close()
 
 	if err := Destroy(h, opts); err != nil {
 		t.Fatal(err)
