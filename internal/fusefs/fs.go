@@ -60,7 +60,8 @@ type rawFS struct {
 
 	ioMu struct {
 		sync.Mutex
-		inodes map[workspace.Ino]*inodeIO
+		inodes   map[workspace.Ino]*inodeIO
+		released chan struct{} // closed and replaced at every RELEASE
 	}
 }
 
@@ -70,6 +71,7 @@ func newRawFS(ws *workspace.Workspace, opts Options) *rawFS {
 		r.ops[i] = opts.Metrics.Op(opNames[i])
 	}
 	r.ioMu.inodes = make(map[workspace.Ino]*inodeIO)
+	r.ioMu.released = make(chan struct{})
 	if !opts.Passthrough || opts.Writeback {
 		r.passthroughOff.Store(true)
 	}

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -35,9 +36,12 @@ const (
 //     same object share one backing id (registered on the first, released
 //     on the last).
 //   - Any other open of an inode in passthrough mode (a writer, or a reader
-//     after a truncate changed the content) fails with ETXTBSY, the errno
-//     for "file busy in a way that forbids this open". This is why
-//     passthrough is off by default (Options.Passthrough).
+//     after a truncate changed the content) waits up to 1 s for the
+//     passthrough handles' RELEASE (the kernel sends it asynchronously
+//     after close(2), so `cat f; echo x > f` would otherwise race), then
+//     fails with ETXTBSY, the errno for "file busy in a way that forbids
+//     this open". This is why passthrough is off by default
+//     (Options.Passthrough).
 //   - Otherwise the open is cached, and keeps the kernel's page cache
 //     (FOPEN_KEEP_CACHE) when the size and mtime are those recorded at the
 //     previous cached open or release: the cache can only hold what this
@@ -63,6 +67,10 @@ type cacheStamp struct {
 	mtime int64
 }
 
+// passthroughReleaseWait bounds how long an open that conflicts with
+// passthrough readers waits for their RELEASE before failing with ETXTBSY.
+const passthroughReleaseWait = time.Second
+
 // chooseIO sets of.mode and the open flags, or refuses the open with
 // ETXTBSY (see inodeIO).
 func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.OpenOut) error {
@@ -78,16 +86,34 @@ func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.O
 	}
 	r.ioMu.Lock()
 	defer r.ioMu.Unlock()
-	st := r.ioMu.inodes[of.ino]
-	if st == nil {
-		st = &inodeIO{}
-		r.ioMu.inodes[of.ino] = st
-	}
-	if obj != nil && st.cached == 0 && r.tryPassthrough(of, st, obj, out) {
-		return nil
-	}
-	if st.passthrough > 0 {
-		return syscall.ETXTBSY
+	deadline := time.Now().Add(passthroughReleaseWait)
+	var st *inodeIO
+	for {
+		st = r.ioMu.inodes[of.ino]
+		if st == nil {
+			st = &inodeIO{}
+			r.ioMu.inodes[of.ino] = st
+		}
+		if obj != nil && st.cached == 0 && r.tryPassthrough(of, st, obj, out) {
+			return nil
+		}
+		if st.passthrough == 0 {
+			break
+		}
+		// The kernel sends RELEASE asynchronously after close(2): a
+		// reader that has just closed may still be counted. Wait for
+		// releases for a moment before refusing.
+		left := time.Until(deadline)
+		if left <= 0 {
+			return syscall.ETXTBSY
+		}
+		ch := r.ioMu.released
+		r.ioMu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(left):
+		}
+		r.ioMu.Lock()
 	}
 	of.mode = ioCached
 	st.cached++
@@ -163,6 +189,8 @@ func (r *rawFS) releaseIO(of *openFile) {
 	if st == nil {
 		return
 	}
+	close(r.ioMu.released) // wake opens waiting in chooseIO
+	r.ioMu.released = make(chan struct{})
 	switch of.mode {
 	case ioCached:
 		st.cached--
