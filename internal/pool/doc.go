@@ -1,8 +1,19 @@
 // Package pool is the content pool shared by every wsfs daemon on a host:
 // immutable objects named by the hash of their content (see Sum), stored as
 //
-//	POOL/objects/<first 2 hex digits>/<64 hex digits>   published objects
-//	POOL/tmp/<kind>-<random>                            temps, staging files, GC graveyard
+//	POOL/format                                        layout version ("wsfs-pool-layout 2")
+//	POOL/objects/<first hex digit>/<64 hex digits>     published objects
+//	POOL/tmp/<kind>-<random>                           temps, staging files, GC graveyard
+//
+// Sixteen fan-out directories, not 256: the drain syncs every fan-out
+// directory holding an object of the group, and a group of 200 objects hit
+// about 140 of 256 directories, each sync a separate write and cache flush
+// (docs/benchmarks.md, "Pool drain: directory syncs"). With 16, a group
+// syncs at most 16. An ext4 directory's hash tree (two index levels, more
+// with large_dir) holds millions of entries, so 16 directories serve pools
+// of tens of millions of objects; GC lists one directory at a time. Open writes POOL/format when it
+// creates a pool and refuses a pool of another layout (there is no
+// migration: the first layout, objects/<2 hex digits>/, never shipped).
 //
 // Many daemon processes use one pool directory at the same time. They share
 // nothing but the file system: no lock is held to publish, read or protect
@@ -25,8 +36,14 @@
 // syncs the new inode before renaming it into place, so whichever directory
 // entry survives a crash names durable bytes.
 //
-// Publication does not sync anything. Fan-out directories are created on
-// demand with MkdirAll and never removed (not even by GC).
+// Publication does not sync anything, but it starts writeback of the new
+// content (sync_file_range SYNC_FILE_RANGE_WRITE on Linux), so that by the
+// time the drain fdatasyncs the object its pages are written or in flight.
+// That is a hint, never proof: only the drain's fdatasync makes the data
+// durable, and a writeback error still reaches it (the hint does not wait,
+// so it does not consume the error). A failure to start writeback fails
+// the publication. Fan-out directories are created on demand with MkdirAll
+// and never removed (not even by GC).
 //
 // # Durability: the drain
 //

@@ -72,7 +72,7 @@ func (p *Pool) GC(referenced func(ID) bool, grace time.Duration) (GCStats, error
 		}
 		for _, name := range names {
 			id, err := ParseID(name)
-			if err != nil || name[:2] != fan {
+			if err != nil || name[:fanoutDigits] != fan {
 				p.log.Warn("pool: gc: ignoring stray file in a fan-out directory", "path", filepath.Join(dir, name))
 				continue
 			}

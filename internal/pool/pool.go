@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,16 +27,21 @@ type Options struct {
 	// system's mtime, and GC compares mtimes with Clock()-grace. Tests
 	// advance it to age objects.
 	Clock func() time.Time
-
-	expFanWidth  int // 0: 2 digits; 1: 1 digit; 3: flat
-	expOverlap   bool
-	expWriteback bool
 }
 
 // Names under the pool directory and prefixes of temps in tmp/.
 const (
 	objectsDir = "objects"
 	tmpDir     = "tmp"
+	formatName = "format" // the layout version file, see Open
+
+	// formatContent is the whole content of POOL/format for this layout:
+	// objects fanned out by their first hex digit (16 directories). The
+	// first layout (objects/<2 hex digits>/, 256 directories) had no
+	// format file; see the package doc for why it changed.
+	formatContent = "wsfs-pool-layout 2\n"
+	fanoutDigits  = 1  // hex digits in a fan-out directory's name
+	fanouts       = 16 // 16^fanoutDigits
 
 	putPrefix       = "put-"     // Put's temp, linked into place then removed
 	stagingPrefix   = "staging-" // CreateStaging
@@ -47,8 +54,8 @@ const (
 
 // Fan-out directory states (Pool.mu.fanout).
 const (
-	fanoutExists  uint8 = 1 << iota // this process made sure objects/<xx> exists
-	fanoutDurable                   // this process synced objects/ after objects/<xx> existed
+	fanoutExists  uint8 = 1 << iota // this process made sure objects/<x> exists
+	fanoutDurable                   // this process synced objects/ after objects/<x> existed
 )
 
 // Pool is a content pool directory. Its methods are safe for concurrent use
@@ -60,6 +67,9 @@ type Pool struct {
 	tmp     string // dir/tmp
 	log     *slog.Logger
 	now     func() time.Time
+	// writeback: Put and PublishStaging start writeback of new content
+	// (startWriteback). Always true outside BenchmarkDrain's comparison.
+	writeback bool
 
 	mu struct {
 		sync.Mutex
@@ -75,15 +85,9 @@ type Pool struct {
 		// corrupt holds IDs whose object failed verification here; the next
 		// Put or PublishStaging of that content repairs it.
 		corrupt map[ID]struct{}
-		// fanout is the state of objects/<xx> for each first byte xx.
-		fanout [256]uint8
-	}
-
-	// exp: drain experiments (temporary).
-	exp struct {
-		fanWidth  int  // hex digits of fan-out: 2, 1, 0 (flat)
-		overlap   bool // directory syncs in the object syncs' worker pool
-		writeback bool // sync_file_range(WRITE) at publication
+		// fanout is the state of objects/<x> for each fan-out directory,
+		// indexed by fanoutIndex.
+		fanout [fanouts]uint8
 	}
 }
 
@@ -107,6 +111,13 @@ const MinGrace = time.Hour
 // directories further up are the caller's). It also syncs dir/objects once, so
 // that every fan-out directory existing now is known durable. These syncs
 // happen once per process, never in a commit.
+//
+// dir/format names the on-disk layout. Open writes it (durably) when it is
+// missing and objects/ holds no fan-out directory of another layout, and
+// refuses a pool whose format file names another layout, or that has none
+// but holds objects/<2 hex digits>/ directories (the first layout, which
+// had no format file): such a pool must be recreated, since there is no
+// migration.
 func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	p := &Pool{
 		fs:      fsys,
@@ -125,15 +136,7 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	p.mu.verified = make(map[ID]int64)
 	p.mu.durable = make(map[ID]time.Time)
 	p.mu.corrupt = make(map[ID]struct{})
-	p.exp.fanWidth = 2
-	if opts.expFanWidth != 0 {
-		p.exp.fanWidth = opts.expFanWidth % 3
-		if p.exp.fanWidth == 0 {
-			p.mu.fanout[0] = fanoutExists | fanoutDurable
-		}
-	}
-	p.exp.overlap = opts.expOverlap
-	p.exp.writeback = opts.expWriteback
+	p.writeback = true
 
 	for _, d := range []string{p.objects, p.tmp} {
 		if err := fsys.MkdirAll(d, dirPerm); err != nil {
@@ -149,15 +152,58 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool: open %s: list fan-out directories: %w", dir, err)
 	}
+	if err := p.checkFormat(names); err != nil {
+		return nil, err
+	}
 	if err := vfs.SyncDir(fsys, p.objects); err != nil {
 		return nil, fmt.Errorf("pool: open %s: %w", dir, err)
 	}
 	for _, name := range names {
-		if b, ok := parseFanout(name); ok {
-			p.mu.fanout[b] = fanoutExists | fanoutDurable
+		if i, ok := parseFanout(name); ok {
+			p.mu.fanout[i] = fanoutExists | fanoutDurable
 		}
 	}
 	return p, nil
+}
+
+// checkFormat reads dir/format and refuses another layout; it writes the
+// file when it is missing and objects/ (whose entries are names) holds no
+// directory of the first, 2-digit layout. Two processes creating a pool at
+// once both publish the same content; either rename wins.
+func (p *Pool) checkFormat(names []string) error {
+	path := filepath.Join(p.dir, formatName)
+	f, err := p.fs.Open(path)
+	switch {
+	case err == nil:
+		b, rerr := io.ReadAll(io.LimitReader(f, 256))
+		f.Close()
+		if rerr != nil {
+			return fmt.Errorf("pool: open %s: read %s: %w", p.dir, path, rerr)
+		}
+		if string(b) != formatContent {
+			return fmt.Errorf("pool: open %s: %s says %q, this wsfs reads only %q; "+
+				"the pool was made by another wsfs version: use that version, or remove the pool and let wsfs create a new one",
+				p.dir, path, strings.TrimSpace(string(b)), strings.TrimSpace(formatContent))
+		}
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("pool: open %s: read %s: %w", p.dir, path, err)
+	}
+	for _, name := range names {
+		if len(name) == 2 && isLowerHex(name) {
+			return fmt.Errorf("pool: open %s: objects/%s is a fan-out directory of the first pool layout "+
+				"(objects/<2 hex digits>/, no %s file), which this wsfs does not read; "+
+				"remove the pool and let wsfs create a new one", p.dir, name, formatName)
+		}
+	}
+	err = vfs.Publish(p.fs, path, true, func(f vfs.File) error {
+		_, err := io.WriteString(f, formatContent)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pool: open %s: write layout version: %w", p.dir, err)
+	}
+	return nil
 }
 
 // Dir returns the pool directory.
@@ -165,42 +211,37 @@ func (p *Pool) Dir() string { return p.dir }
 
 // Path returns the file name of object id (whether or not it exists).
 func (p *Pool) Path(id ID) string {
-	return filepath.Join(p.fanoutDir(id), id.String())
+	s := id.String()
+	return filepath.Join(p.objects, s[:fanoutDigits], s)
 }
 
+// fanoutDir returns objects/<x>, the directory holding object id: x is
+// the first hex digit of the ID.
 func (p *Pool) fanoutDir(id ID) string {
-	if p.exp.fanWidth == 0 {
-		return p.objects
-	}
-	return filepath.Join(p.objects, id.String()[:p.exp.fanWidth])
+	return filepath.Join(p.objects, id.String()[:fanoutDigits])
 }
 
-func (p *Pool) fanoutIdx(id ID) byte {
-	switch p.exp.fanWidth {
-	case 0:
-		return 0
-	case 1:
-		return id[0] >> 4
-	}
-	return id[0]
-}
+// fanoutIndex returns the index of id's fan-out directory in Pool.mu.fanout
+// (the value of its first hex digit).
+func fanoutIndex(id ID) int { return int(id[0] >> 4) }
 
-// parseFanout parses a fan-out directory name (two lowercase hex digits).
-func parseFanout(name string) (byte, bool) {
-	if len(name) != 2 || !isLowerHex(name) {
+// parseFanout parses a fan-out directory name (one lowercase hex digit)
+// into its index.
+func parseFanout(name string) (int, bool) {
+	if len(name) != fanoutDigits || !isLowerHex(name) {
 		return 0, false
 	}
-	b, err := hex.DecodeString(name)
+	v, err := strconv.ParseUint(name, 16, 8)
 	if err != nil {
 		return 0, false
 	}
-	return b[0], true
+	return int(v), true
 }
 
-// ensureFanout makes sure objects/<xx> exists for id.
+// ensureFanout makes sure objects/<x> exists for id.
 func (p *Pool) ensureFanout(id ID) error {
 	p.mu.Lock()
-	st := p.mu.fanout[p.fanoutIdx(id)]
+	st := p.mu.fanout[fanoutIndex(id)]
 	p.mu.Unlock()
 	if st&fanoutExists != 0 {
 		return nil
@@ -210,7 +251,7 @@ func (p *Pool) ensureFanout(id ID) error {
 		return fmt.Errorf("pool: create fan-out directory %s: %w", d, err)
 	}
 	p.mu.Lock()
-	p.mu.fanout[p.fanoutIdx(id)] |= fanoutExists
+	p.mu.fanout[fanoutIndex(id)] |= fanoutExists
 	p.mu.Unlock()
 	return nil
 }
@@ -269,8 +310,8 @@ func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 		return id, false, err
 	}
 	_, werr := f.Write(data)
-	if werr == nil && p.exp.writeback {
-		startWriteback(f)
+	if werr == nil && p.writeback {
+		werr = startWriteback(f)
 	}
 	cerr := f.Close()
 	if werr == nil && cerr != nil {
@@ -403,6 +444,11 @@ func (p *Pool) PublishStaging(path string, id ID) (dedup bool, err error) {
 	}
 	if p.isCorrupt(id) {
 		return false, p.repairFromTemp(id, path, "it failed verification earlier")
+	}
+	if p.writeback {
+		if err := p.startWritebackPath(path); err != nil {
+			return false, fmt.Errorf("pool: publish staging %s as %s: %w", path, id, err)
+		}
 	}
 	dedup, err = p.linkIntoPlace(path, id, fi.Size())
 	if errors.Is(err, errWrongSize) {

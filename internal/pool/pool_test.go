@@ -62,7 +62,7 @@ func fsck(t *testing.T, fsys vfs.FS, dir string, allowTemps int) {
 		}
 		for _, name := range names {
 			id, err := ParseID(name)
-			if err != nil || name[:2] != fan {
+			if err != nil || name[:fanoutDigits] != fan {
 				t.Errorf("fsck: stray file %s/%s", fan, name)
 				continue
 			}
@@ -175,7 +175,7 @@ func TestPutDedupOpen(t *testing.T) {
 					t.Errorf("Put returned %s, want Sum %s", id, Sum(data))
 				}
 				s := id.String()
-				if want := filepath.Join(dir, "objects", s[:2], s); p.Path(id) != want {
+				if want := filepath.Join(dir, "objects", s[:1], s); p.Path(id) != want {
 					t.Errorf("Path = %s, want %s", p.Path(id), want)
 				}
 				id2, dedup, err := p.Put(bytes.Clone(data))

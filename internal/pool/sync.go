@@ -62,70 +62,13 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 		return nil
 	}
 
-	// Directory jobs: each fan-out directory holding objects of todo once,
-	// and objects/ if a fan-out directory is not yet known durable.
-	type dirJob struct {
-		path string
-		ids  []ID // the objects whose entries this sync makes durable
-	}
-	var jobs []dirJob
-	byFanout := make(map[byte]int) // fan-out index -> index in jobs
-	var pendingFanouts []byte      // fan-outs not yet known durable: objects/ must be synced
-	var pendingIDs []ID
-	p.mu.Lock()
-	for _, id := range todo {
-		k := p.fanoutIdx(id)
-		j, ok := byFanout[k]
-		if !ok {
-			j = len(jobs)
-			byFanout[k] = j
-			jobs = append(jobs, dirJob{path: p.fanoutDir(id)})
-			if p.mu.fanout[k]&fanoutDurable == 0 {
-				pendingFanouts = append(pendingFanouts, k)
-			}
-		}
-		jobs[j].ids = append(jobs[j].ids, id)
-		if p.mu.fanout[k]&fanoutDurable == 0 {
-			pendingIDs = append(pendingIDs, id)
-		}
-	}
-	p.mu.Unlock()
-	if len(pendingFanouts) > 0 {
-		jobs = append(jobs, dirJob{path: p.objects, ids: pendingIDs})
-	}
-
+	// Phase 1: object data.
 	mtimes := make([]time.Time, len(todo))
 	errs := make([]error, len(todo))
-	derrs := make([]error, len(jobs))
-	if p.exp.overlap {
-		// One queue: the objects of each directory, then that directory.
-		type job struct{ obj, dir int }
-		q := make([]job, 0, len(todo)+len(jobs))
-		idx := make([][]int, len(jobs))
-		for i, id := range todo {
-			j := byFanout[p.fanoutIdx(id)]
-			idx[j] = append(idx[j], i)
-		}
-		for j := range jobs {
-			for _, i := range idx[j] {
-				q = append(q, job{obj: i, dir: -1})
-			}
-			q = append(q, job{obj: -1, dir: j})
-		}
-		runBounded(len(q), parallel, func(k int) {
-			if jb := q[k]; jb.obj >= 0 {
-				mtimes[jb.obj], errs[jb.obj] = p.syncObject(todo[jb.obj])
-			} else {
-				derrs[jb.dir] = vfs.SyncDir(p.fs, jobs[jb.dir].path)
-			}
-		})
-	} else {
-		runBounded(len(todo), parallel, func(i int) {
-			mtimes[i], errs[i] = p.syncObject(todo[i])
-		})
-	}
+	runBounded(len(todo), parallel, func(i int) {
+		mtimes[i], errs[i] = p.syncObject(todo[i])
+	})
 	var se SyncError
-	republish := make(map[ID]struct{})
 	for i, err := range errs {
 		if err == nil {
 			continue
@@ -136,16 +79,46 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 		} else {
 			se.Republish = append(se.Republish, todo[i])
 		}
-		republish[todo[i]] = struct{}{}
 	}
-	if len(se.Errs) > 0 && !p.exp.overlap {
+	if len(se.Errs) > 0 {
 		return &se
 	}
-	if !p.exp.overlap {
-		runBounded(len(jobs), parallel, func(i int) {
-			derrs[i] = vfs.SyncDir(p.fs, jobs[i].path)
-		})
+
+	// Phase 2: publication directories, each once (at most 16 fan-out
+	// directories and objects/).
+	type dirJob struct {
+		path string
+		ids  []ID // the objects whose entries this sync makes durable
 	}
+	var jobs []dirJob
+	var byFanout [fanouts]int // fan-out index -> 1 + index in jobs
+	var pendingFanouts []int  // fan-outs not yet known durable: objects/ must be synced
+	var pendingIDs []ID
+	p.mu.Lock()
+	for _, id := range todo {
+		k := fanoutIndex(id)
+		if byFanout[k] == 0 {
+			jobs = append(jobs, dirJob{path: p.fanoutDir(id)})
+			byFanout[k] = len(jobs)
+			if p.mu.fanout[k]&fanoutDurable == 0 {
+				pendingFanouts = append(pendingFanouts, k)
+			}
+		}
+		j := byFanout[k] - 1
+		jobs[j].ids = append(jobs[j].ids, id)
+		if p.mu.fanout[k]&fanoutDurable == 0 {
+			pendingIDs = append(pendingIDs, id)
+		}
+	}
+	p.mu.Unlock()
+	if len(pendingFanouts) > 0 {
+		jobs = append(jobs, dirJob{path: p.objects, ids: pendingIDs})
+	}
+	derrs := make([]error, len(jobs))
+	runBounded(len(jobs), parallel, func(i int) {
+		derrs[i] = vfs.SyncDir(p.fs, jobs[i].path)
+	})
+	republish := make(map[ID]struct{})
 	for i, err := range derrs {
 		if err == nil {
 			continue
@@ -324,7 +297,7 @@ func (p *Pool) replaceDurably(id ID, tmp string, mtime time.Time, verifiedSize i
 	p.mu.Lock()
 	delete(p.mu.verified, id)
 	delete(p.mu.durable, id)
-	fanDurable := p.mu.fanout[p.fanoutIdx(id)]&fanoutDurable != 0
+	fanDurable := p.mu.fanout[fanoutIndex(id)]&fanoutDurable != 0
 	p.mu.Unlock()
 	if err := vfs.SyncDir(p.fs, p.fanoutDir(id)); err != nil {
 		return fmt.Errorf("pool: repair object %s (%s): %w; the object is not durable", id, reason, err)
@@ -335,7 +308,7 @@ func (p *Pool) replaceDurably(id ID, tmp string, mtime time.Time, verifiedSize i
 		}
 	}
 	p.mu.Lock()
-	p.mu.fanout[p.fanoutIdx(id)] |= fanoutDurable
+	p.mu.fanout[fanoutIndex(id)] |= fanoutDurable
 	setCache(p.mu.durable, id, mtime.Add(durableWindow))
 	if verifiedSize >= 0 {
 		setCache(p.mu.verified, id, verifiedSize)

@@ -1,0 +1,143 @@
+package pool
+
+import (
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"wsfs/internal/vfs"
+)
+
+// TestLayout checks the on-disk layout: objects/<first hex digit>/<ID>,
+// and a format file naming the layout, written durably at creation.
+func TestLayout(t *testing.T) {
+	for _, fc := range fsCases {
+		t.Run(fc.name, func(t *testing.T) {
+			fsys, dir := fc.new(t)
+			p := openPool(t, fsys, dir, Options{})
+			ids, _ := putAll(t, p, 300, 40, 10)
+			for _, id := range ids {
+				s := id.String()
+				if want := filepath.Join(dir, "objects", s[:1], s); p.Path(id) != want {
+					t.Fatalf("Path = %s, want %s", p.Path(id), want)
+				}
+				if _, err := fsys.Stat(p.Path(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fans, err := fsys.List(filepath.Join(dir, "objects"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fan := range fans {
+				if _, ok := parseFanout(fan); !ok {
+					t.Errorf("objects/%s is not a one-digit fan-out directory", fan)
+				}
+			}
+			if got := readFile(t, fsys, filepath.Join(dir, formatName)); string(got) != formatContent {
+				t.Errorf("format file holds %q, want %q", got, formatContent)
+			}
+			openPool(t, fsys, dir, Options{}) // the same layout opens again
+		})
+	}
+}
+
+// TestFormatSurvivesCrash: the format file written by Open is durable
+// when Open returns.
+func TestFormatSurvivesCrash(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	openPool(t, mem, "/pool", Options{}) // Open syncs / and /pool
+	crashed := mem.CrashClone()
+	f, err := crashed.Open("/pool/" + formatName)
+	if err != nil {
+		t.Fatalf("format file lost in a crash after Open: %v", err)
+	}
+	defer f.Close()
+	if b, err := io.ReadAll(f); err != nil || string(b) != formatContent {
+		t.Fatalf("format file after a crash: %q, %v", b, err)
+	}
+}
+
+// TestOpenRefusesOtherLayouts: a pool of another layout version, or of the
+// first layout (objects/<2 hex digits>/ and no format file), is refused
+// with an error saying what to do, and left untouched.
+func TestOpenRefusesOtherLayouts(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, fsys vfs.FS, dir string)
+		want  string
+	}{
+		{"newer version", func(t *testing.T, fsys vfs.FS, dir string) {
+			writeFile(t, fsys, filepath.Join(dir, formatName), "wsfs-pool-layout 3\n")
+		}, `says "wsfs-pool-layout 3"`},
+		{"garbage format file", func(t *testing.T, fsys vfs.FS, dir string) {
+			writeFile(t, fsys, filepath.Join(dir, formatName), "")
+		}, `says ""`},
+		{"first layout", func(t *testing.T, fsys vfs.FS, dir string) {
+			if err := fsys.MkdirAll(filepath.Join(dir, "objects", "ab"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "objects/ab is a fan-out directory of the first pool layout"},
+	}
+	for _, fc := range fsCases {
+		for _, tc := range cases {
+			t.Run(fc.name+"/"+tc.name, func(t *testing.T) {
+				fsys, dir := fc.new(t)
+				if err := fsys.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				tc.setup(t, fsys, dir)
+				_, err := Open(fsys, dir, Options{})
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("Open = %v, want an error containing %q", err, tc.want)
+				}
+				if tc.name == "first layout" {
+					if _, err := fsys.Stat(filepath.Join(dir, formatName)); err == nil {
+						t.Error("Open wrote a format file into a pool it refused")
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestDrainDirectorySyncs: a drain syncs each fan-out directory holding
+// its objects once, so at most 16 of them plus objects/ (for fan-out
+// directories this process has not seen durable), however many objects.
+func TestDrainDirectorySyncs(t *testing.T) {
+	var c opCounter
+	fsys := c.wrap(vfs.NewCrashableMem())
+	p := openPool(t, fsys, "/home/pool", Options{})
+	ids, _ := putAll(t, p, 400, 300, 10)
+	c.reset()
+	if err := p.SyncObjects(ids, 0); err != nil {
+		t.Fatal(err)
+	}
+	// 300 random IDs hit all 16 fan-outs (miss probability ~16*(15/16)^300).
+	if got := c.get(vfs.OpSync); got != fanouts+1 {
+		t.Errorf("first drain: %d directory syncs, want %d (every fan-out directory and objects/)", got, fanouts+1)
+	}
+	more, _ := putAll(t, p, 800, 300, 10)
+	c.reset()
+	if err := p.SyncObjects(more, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.get(vfs.OpSync); got != fanouts {
+		t.Errorf("second drain: %d directory syncs, want %d (every fan-out directory, objects/ already durable)", got, fanouts)
+	}
+}
+
+func writeFile(t *testing.T, fsys vfs.FS, name, data string) {
+	t.Helper()
+	f, err := fsys.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(f, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
