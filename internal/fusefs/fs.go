@@ -376,8 +376,9 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 		a, err = r.ws.Lookup(parent, name)
 		if err == nil && in.Flags&syscall.O_TRUNC != 0 && a.Mode&syscall.S_IFMT == syscall.S_IFREG {
 			zero := uint64(0)
-			if a, err = r.ws.SetAttr(a.Ino, workspace.SetAttrIn{Size: &zero}); err != nil {
-				r.ws.Forget(a.Ino, 1)
+			ino := a.Ino
+			if a, err = r.ws.SetAttr(ino, workspace.SetAttrIn{Size: &zero}); err != nil {
+				r.ws.Forget(ino, 1) // give back the Lookup's count
 			}
 		}
 	}
