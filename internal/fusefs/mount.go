@@ -158,6 +158,9 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 	if err := CheckMountpoint(mp); err != nil {
 		return nil, err
 	}
+	if opts.Passthrough && opts.Writeback {
+		opts.Logger.Warn("the writeback cache excludes FUSE passthrough: passthrough is off for this mount")
+	}
 	r := newRawFS(ws, opts)
 	root := os.Geteuid() == 0
 	var extra, disabled uint64
