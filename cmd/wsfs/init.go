@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 
 	"wsfs/internal/host"
@@ -34,16 +32,5 @@ config and workspaces and only creates what is missing.`)
 		return err
 	}
 	fmt.Fprintf(g.stdout, "wsfs: host ready at %s (state %s, pool %s, mount points %s)\n", h.Home(), h.StateDir(), h.PoolDir(), h.MountDir())
-	return nil
-}
-
-// parseFlags parses args and turns a flag error into a usage error.
-func parseFlags(flags *flag.FlagSet, args []string) error {
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
-	}
 	return nil
 }

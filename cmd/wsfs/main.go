@@ -106,3 +106,31 @@ func newFlagSet(g *globals, name, argsUsage, about string) *flag.FlagSet {
 	}
 	return fs
 }
+
+// parseFlags parses args with flags allowed before, between and after the
+// positional arguments (`wsfs mount ws-1 --drain syncfs` works as well as
+// `wsfs mount --drain syncfs ws-1`); "--" ends flag parsing. Afterwards
+// flags.Args() holds the positional arguments in order. A bad flag is a
+// usageError naming it.
+func parseFlags(flags *flag.FlagSet, args []string) error {
+	var positional []string
+	for {
+		if err := flags.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usageError{err.Error()}
+		}
+		rest := flags.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	return flags.Parse(append([]string{"--"}, positional...))
+}
