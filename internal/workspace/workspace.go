@@ -326,9 +326,7 @@ func Open(opts Options) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace %s: open log: %w", opts.Dir, err)
 	}
-	if t := w.log.Repaired(); t != nil {
-		w.lg.Warn("repaired a torn log tail (an incomplete last group from a crash was cut off)", "tail", fmt.Sprintf("%+v", *t))
-	}
+	// seglog.Open has logged a torn-tail repair (Warn) through w.lg.
 	fresh := payload == nil && w.log.LastGroup() == 0
 	replayed := 0
 	err = w.log.Replay(ckGroup, func(group uint64, records [][]byte) error {
