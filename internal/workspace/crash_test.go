@@ -551,9 +551,8 @@ func TestCrashPrefixConsistency(t *testing.T) {
 			}
 		}
 	}
-	msg := fmt.Sprintf("crash points: %d, violations: %d", total, violations)
-	t.Log(msg)
-	fmt.Printf("%s\n", msg)
+	t.Logf("crash points: %d, violations: %d", total, violations)
+	fmt.Printf("crash points: %d, violations: %d\n", total, violations)
 	if total < 1000 && !testing.Short() {
 		t.Errorf("only %d crash points; the test promises at least 1000", total)
 	}
