@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"wsfs/internal/metrics"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
+	"wsfs/internal/supervisor"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -149,6 +151,8 @@ first); fsync returns once everything before it is durable.`)
 		defer ms.Close()
 		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
 	}
+	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), supervisor.DaemonStatusName), ws, lg)
+	defer stopStatus()
 	if *readyFile != "" {
 		if err := writeReadyFile(*readyFile, mp); err != nil {
 			return errors.Join(err, srv.Unmount(), closeWS())
@@ -205,4 +209,46 @@ func writeReadyFile(path, mp string) error {
 		return fmt.Errorf("ready file: %w", err)
 	}
 	return nil
+}
+
+// startStatusFile rewrites the daemon's status file (read by `wsfs status`)
+// every second until ctx ends or the returned stop is called; stop writes it
+// once more so the file shows the final commit. The file is replaced by
+// rename and never synced: it is a live view, not state.
+func startStatusFile(ctx context.Context, path string, ws *workspace.Workspace, lg *slog.Logger) (stop func()) {
+	write := func() {
+		s := ws.Stats()
+		st := supervisor.DaemonStatus{Group: s.CommittedGroup, CommittedAt: s.CommittedAt, Pending: int64(s.Pending)}
+		if s.Failed != nil {
+			st.Failed = s.Failed.Error()
+		}
+		err := vfs.Publish(vfs.Default, path, false, func(f vfs.File) error {
+			return json.NewEncoder(f).Encode(st)
+		})
+		if err != nil {
+			lg.Debug("status file not written", "path", path, "err", err)
+		}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			write()
+			select {
+			case <-t.C:
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		write()
+	}
 }
