@@ -26,8 +26,8 @@
 //     is lower, unlocks, locks both in order and re-checks the entry.
 //  3. Leaf locks held only briefly inside other packages: the committer's
 //     queue (Enqueue may wait for queue space, which the flusher frees
-//     without taking any inode lock), the pool, Workspace.mu (the sticky
-//     failure). The namespace's inode table takes no lock (sync.Map).
+//     without taking any inode lock), the pool. The namespace's inode
+//     table and the sticky failure state take no lock (sync.Map, atomics).
 //
 // There is no global lock on the read path: GetAttr, Lookup and ReadAt take
 // only the locks of the inodes they read, and never wait for a commit.
@@ -36,8 +36,18 @@
 //
 // The durable shadow (a second namespace holding exactly the state at the
 // end of the last committed group) is owned by the committer's flusher
-// goroutine after Open: only OnCommit touches it, and it writes checkpoints
-// from it.
+// goroutine after Open: only OnCommit touches it. Once CheckpointBytes of log
+// have accumulated, OnCommit encodes it and a background goroutine writes
+// the checkpoint; a later OnCommit (or Close) deletes the segments it covers.
+//
+// # Content
+//
+// Contents up to InlineMax travel inline in SetContent records; larger ones
+// are pool objects named by the record (Objects: the drain syncs them before
+// the log). Writes go to a per-inode dirty buffer shared by all handles (in
+// memory up to SpillSize, then a sparse staging file in the pool); Flush
+// (close) publishes it, Fsync also waits for the commit. Published content is
+// immutable: a later write copies it first. Reads do not update atime.
 //
 // # Kernel lookup counts
 //
