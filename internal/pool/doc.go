@@ -36,9 +36,12 @@
 // syncs the new inode before renaming it into place, so whichever directory
 // entry survives a crash names durable bytes.
 //
-// Publication does not sync anything, but it starts writeback of the new
-// content (sync_file_range SYNC_FILE_RANGE_WRITE on Linux), so that by the
-// time the drain fdatasyncs the object its pages are written or in flight.
+// Publication does not sync anything, but for objects of 64 KiB or more it
+// starts writeback of the new content (sync_file_range
+// SYNC_FILE_RANGE_WRITE on Linux), so that by the time the drain
+// fdatasyncs the object its pages are written or in flight: the write
+// moves from the drain, which every fsync waiter of the group waits for,
+// to publication, which runs ahead of it.
 // That is a hint, never proof: only the drain's fdatasync makes the data
 // durable, and a writeback error still reaches it (the hint does not wait,
 // so it does not consume the error). A failure to start writeback fails

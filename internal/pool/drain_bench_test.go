@@ -95,7 +95,7 @@ func BenchmarkDrainPhases(b *testing.B) {
 // Run briefly: -benchtime=10x.
 func BenchmarkDrainWriteback(b *testing.B) {
 	for _, objects := range []int{10, 200, 512} {
-		for _, size := range []int{16 << 10, 256 << 10} {
+		for _, size := range []int{16 << 10, 64 << 10, 256 << 10} {
 			b.Run(fmt.Sprintf("objects=%d/size=%dKiB", objects, size>>10), func(b *testing.B) {
 				payload := make([][]byte, objects)
 				for i := range payload {

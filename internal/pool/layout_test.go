@@ -141,3 +141,44 @@ func writeFile(t *testing.T, fsys vfs.FS, name, data string) {
 		t.Fatal(err)
 	}
 }
+
+// TestWritebackLargeObjects publishes objects at and above writebackMin on
+// the OS file system (where startWriteback issues sync_file_range) by Put
+// and by PublishStaging, drains them and reads them back.
+func TestWritebackLargeObjects(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pool")
+	p := openPool(t, vfs.Default, dir, Options{})
+	big := content(900, writebackMin)
+	id, _, err := p.Put(big)
+	if err != nil {
+		t.Fatalf("Put of %d bytes: %v", len(big), err)
+	}
+	staged := content(901, 3*writebackMin+5)
+	f, path, err := p.CreateStaging()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(staged); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sid := Sum(staged)
+	if _, err := p.PublishStaging(path, sid); err != nil {
+		t.Fatalf("PublishStaging of %d bytes: %v", len(staged), err)
+	}
+	// startWriteback on a read-only descriptor, as PublishStaging uses.
+	if err := p.startWritebackPath(p.Path(sid)); err != nil {
+		t.Fatalf("startWriteback on a read-only descriptor: %v", err)
+	}
+	if err := p.SyncObjects([]ID{id, sid}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for want, id := range map[*[]byte]ID{&big: id, &staged: sid} {
+		got, err := p.ReadAll(id)
+		if err != nil || string(got) != string(*want) {
+			t.Fatalf("ReadAll(%s): %d bytes, %v; want %d bytes", id, len(got), err, len(*want))
+		}
+	}
+}

@@ -67,8 +67,9 @@ type Pool struct {
 	tmp     string // dir/tmp
 	log     *slog.Logger
 	now     func() time.Time
-	// writeback: Put and PublishStaging start writeback of new content
-	// (startWriteback). Always true outside BenchmarkDrain's comparison.
+	// writeback: Put and PublishStaging start writeback of new content of
+	// writebackMin bytes or more (startWriteback). Always true outside
+	// BenchmarkDrainWriteback's comparison.
 	writeback bool
 
 	mu struct {
@@ -310,7 +311,7 @@ func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 		return id, false, err
 	}
 	_, werr := f.Write(data)
-	if werr == nil && p.writeback {
+	if werr == nil && p.writeback && len(data) >= writebackMin {
 		werr = startWriteback(f)
 	}
 	cerr := f.Close()
@@ -445,7 +446,7 @@ func (p *Pool) PublishStaging(path string, id ID) (dedup bool, err error) {
 	if p.isCorrupt(id) {
 		return false, p.repairFromTemp(id, path, "it failed verification earlier")
 	}
-	if p.writeback {
+	if p.writeback && fi.Size() >= writebackMin {
 		if err := p.startWritebackPath(path); err != nil {
 			return false, fmt.Errorf("pool: publish staging %s as %s: %w", path, id, err)
 		}
