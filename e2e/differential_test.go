@@ -29,10 +29,15 @@ func TestDifferential(t *testing.T) {
 	if testing.Short() {
 		n = 500
 	}
-	forEachTarget(t, mountOpts{}, func(t *testing.T, tg *target) {
+	run := func(t *testing.T, tg *target) {
 		seed := testSeed(t)
 		ref := t.TempDir()
 		r := &diffGen{Rand: rand.New(rand.NewSource(seed)), ref: ref}
+		// --passthrough refuses a writer with ETXTBSY while a read-only
+		// (passthrough) descriptor of the file is open: a documented
+		// deviation, so that variant keeps no read-only descriptor open
+		// across ops.
+		r.noReadOnlySlots = tg.variant == "passthrough"
 		got, want := newSide(tg.root), newSide(ref)
 		defer got.closeAll()
 		defer want.closeAll()
@@ -45,8 +50,8 @@ func TestDifferential(t *testing.T) {
 				failed++
 			}
 			if w != g {
-				t.Fatalf("seed %d op %d: %s\n  native: %s\n  %s: %s\n(replay: go test -run 'TestDifferential/%s' -e2e.seed=%d ./e2e)",
-					seed, i, op.desc, w, tg.kind, g, tg.kind, seed)
+				t.Fatalf("seed %d op %d: %s\n  native: %s\n  %s: %s\n(replay: go test ./e2e -run '%s' -args -e2e.seed=%d)",
+					seed, i, op.desc, w, tg.kind, g, t.Name(), seed)
 			}
 		}
 		got.closeAll()
@@ -55,7 +60,9 @@ func TestDifferential(t *testing.T) {
 		compareTrees(t, fmt.Sprintf("seed %d: after %d ops", seed, n), ref, tg.root)
 		tg.remount(t)
 		compareTrees(t, fmt.Sprintf("seed %d: after %d ops and a remount", seed, n), ref, tg.root)
-	})
+	}
+	forEachTarget(t, mountOpts{}, run)
+	forEachVariant(t, run)
 }
 
 // testSeed returns -e2e.seed or a time-based seed, and logs it.
@@ -149,6 +156,8 @@ type diffGen struct {
 	existing []string // every path
 	files    []string // regular files
 	dirs     []string // directories, "." included
+
+	noReadOnlySlots bool // slot opens are never O_RDONLY
 }
 
 // refresh lists the reference tree's paths, sorted.
@@ -506,6 +515,9 @@ func genReadlink(r *diffGen) diffOp {
 func genSlotOpen(r *diffGen) diffOp {
 	slot, p := r.Intn(diffSlots), r.file()
 	flags := []int{unix.O_RDONLY, unix.O_RDWR, unix.O_RDWR | unix.O_APPEND, unix.O_RDWR | unix.O_CREAT, unix.O_WRONLY | unix.O_TRUNC}[r.Intn(5)]
+	if flags == unix.O_RDONLY && r.noReadOnlySlots {
+		flags = unix.O_RDWR
+	}
 	return diffOp{fmt.Sprintf("slot %d: open %s flags %#x", slot, p, flags), func(s *side) string {
 		cerr := "none"
 		if s.fds[slot] >= 0 {

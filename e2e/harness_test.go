@@ -39,7 +39,8 @@ const (
 // of a live wsfs mount. remount (wsfs only) unmounts cleanly and mounts the
 // same workspace again, returning the new root.
 type target struct {
-	kind string
+	kind    string
+	variant string // forEachVariant: the mount variant's name
 	root string
 	mnt  *mountOpts // wsfs only
 	stop func(kill bool)
@@ -56,6 +57,29 @@ func forEachTarget(t *testing.T, opts mountOpts, fn func(t *testing.T, tg *targe
 		mnt, stop := mountWorkspace(t, &o)
 		fn(t, &target{kind: kindWsfs, root: mnt, mnt: &o, stop: stop})
 	})
+}
+
+// mountVariants are the daemon options the differential test also runs
+// under (each a subtest "wsfs-<name>"): the kernel writeback cache, and
+// FUSE passthrough of whole-object reads.
+var mountVariants = []struct {
+	name string
+	args []string
+}{
+	{"writeback", []string{"--writeback"}},
+	{"passthrough", []string{"--passthrough"}},
+}
+
+// forEachVariant runs fn as subtest "wsfs-<variant>" for each of
+// mountVariants, after forEachTarget's two.
+func forEachVariant(t *testing.T, fn func(t *testing.T, tg *target)) {
+	for _, v := range mountVariants {
+		t.Run(kindWsfs+"-"+v.name, func(t *testing.T) {
+			o := mountOpts{extraArgs: v.args}
+			mnt, stop := mountWorkspace(t, &o)
+			fn(t, &target{kind: kindWsfs, variant: v.name, root: mnt, mnt: &o, stop: stop})
+		})
+	}
 }
 
 // remount unmounts the target cleanly (SIGTERM, exit status 0) and mounts

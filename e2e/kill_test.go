@@ -90,7 +90,7 @@ func TestKill(t *testing.T) {
 			totalAcked += j.acked
 			if len(problems) > 0 {
 				violations++
-				t.Errorf("round %d (seed %d, kill after %v, %d ops started, fsync acknowledged through op %d):\n  %s\n(replay: go test -run 'TestKill/%s' -e2e.seed=%d ./e2e)",
+				t.Errorf("round %d (seed %d, kill after %v, %d ops started, fsync acknowledged through op %d):\n  %s\n(replay: go test ./e2e -run 'TestKill/%s' -args -e2e.seed=%d)",
 					round, rseed, delay, j.started, j.acked-1, strings.Join(problems, "\n  "), tg.kind, seed)
 			} else {
 				spans = append(spans, k-j.acked)
