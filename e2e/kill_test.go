@@ -33,6 +33,9 @@ const (
 //     its content;
 //   - the directories of all earlier rounds are unchanged.
 //
+// The default mount runs 30 rounds (-short: 6); the --writeback and
+// --passthrough variants a third of that each.
+//
 // Each round works in its own directory of one workspace, so every round
 // also recovers all the earlier rounds' crashes. The native target runs the
 // same rounds with the workload stopped instead of killed, which checks the
@@ -42,12 +45,15 @@ func TestKill(t *testing.T) {
 	if testing.Short() {
 		rounds = 6
 	}
-	forEachTarget(t, mountOpts{}, func(t *testing.T, tg *target) {
+	run := func(t *testing.T, tg *target) {
 		seed := testSeed(t)
 		r := rand.New(rand.NewSource(seed))
 		rounds := rounds
-		if tg.kind == kindNative {
+		switch {
+		case tg.kind == kindNative:
 			rounds = min(rounds, 6) // the native run checks the model, not a filesystem
+		case tg.variant != "":
+			rounds = max(3, rounds/3) // the variants add coverage, the default mount the count
 		}
 		var prev tree // earlier rounds, as checked
 		violations, totalOps, totalAcked, finishedEarly := 0, 0, 0, 0
@@ -113,7 +119,9 @@ func TestKill(t *testing.T) {
 		}
 		t.Logf("ops started: %d, covered by an acknowledged fsync: %d; recovered prefix beyond the last acknowledged op, per round: %v",
 			totalOps, totalAcked, spans)
-	})
+	}
+	forEachTarget(t, mountOpts{}, run)
+	forEachVariant(t, run)
 }
 
 // killJournal is what the workload records, in the test process (outside
