@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -52,6 +53,7 @@ first); fsync returns once everything before it is durable.`)
 	readyFile := flags.String("ready-file", "", "create this file once the mount is live (for scripts and supervisors); removed at exit")
 	logLevel := flags.String("log-level", "info", "debug, info, warn or error")
 	debugFUSE := flags.Bool("debug-fuse", false, "log every FUSE request (very verbose)")
+	cpuProfile := flags.String("cpuprofile", "", "diagnostic: write a pprof CPU profile of the daemon to FILE at a clean exit (default: $WSFS_CPUPROFILE_DIR/NAME-PID.pprof if that variable is set)")
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
@@ -74,6 +76,18 @@ first); fsync returns once everything before it is durable.`)
 		return usageError{fmt.Sprintf("--log-level: %v", err)}
 	}
 	lg := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level})).With("workspace", name)
+	if *cpuProfile == "" {
+		if dir := os.Getenv("WSFS_CPUPROFILE_DIR"); dir != "" {
+			*cpuProfile = filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", name, os.Getpid()))
+		}
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop(lg)
+	}
 
 	h, err := openHostChecked(g.home, name)
 	if err != nil {
@@ -251,4 +265,23 @@ func startStatusFile(ctx context.Context, path string, ws *workspace.Workspace, 
 		<-finished
 		write()
 	}
+}
+
+// startCPUProfile starts a pprof CPU profile written to path; the returned
+// stop ends it and closes the file (a diagnostic: errors are logged).
+func startCPUProfile(path string) (stop func(*slog.Logger), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile %s: %w", path, err)
+	}
+	return func(lg *slog.Logger) {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			lg.Warn("CPU profile not written", "path", path, "err", err)
+		}
+	}, nil
 }
