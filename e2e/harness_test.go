@@ -172,6 +172,10 @@ func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
 	d.cmd = exec.Command(wsfsBin, args...)
 	d.cmd.Stdout = d.stderr
 	d.cmd.Stderr = d.stderr
+	// If the test process dies without its cleanups (a panic, a test
+	// timeout), the daemon gets SIGTERM and unmounts itself instead of
+	// serving a mount nobody will ever detach.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start wsfs %s: %v", strings.Join(args, " "), err)
 	}

@@ -151,6 +151,13 @@ func startKillWorkload(t *testing.T, dir string, seed int64, stopOnKill bool, li
 	go func() {
 		defer close(j.done)
 		defer unix.Close(dirfd)
+		defer func() {
+			// A panic here would end the test process without its
+			// cleanups (and leave the mount behind): report it instead.
+			if p := recover(); p != nil {
+				j.failedEarly = fmt.Errorf("workload panic at op %d: %v", j.started, p)
+			}
+		}()
 		for j.started < limit {
 			if stopOnKill && j.killed.Load() {
 				return
