@@ -257,8 +257,8 @@ func (d *daemon) stop(t *testing.T, mnt string, kill bool) {
 		}
 		lazyUnmount(t, mnt)
 	}
-	if s := d.stderr.String(); strings.Contains(s, "WARNING: DATA RACE") {
-		t.Errorf("wsfs daemon of %s reported a data race:\n%s", mnt, s)
+	if d.stderr.contains("WARNING: DATA RACE") {
+		t.Errorf("wsfs daemon of %s reported a data race:\n%s", mnt, d.stderr.from("WARNING: DATA RACE"))
 	}
 }
 
@@ -336,6 +336,25 @@ func (b *lockedBuffer) Write(p []byte) (int, error) {
 	return b.b.Write(p)
 }
 
+// contains reports whether the whole output holds s.
+func (b *lockedBuffer) contains(s string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Contains(b.b.String(), s)
+}
+
+// from returns up to 8000 bytes of the output from the first s on.
+func (b *lockedBuffer) from(s string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.b.String()
+	if i := strings.Index(out, s); i >= 0 {
+		out = out[i:]
+	}
+	return out[:min(len(out), 8000)]
+}
+
+// String returns the last 8000 bytes of the output.
 func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
