@@ -13,14 +13,26 @@
 //
 //   - TestDifferential: a seeded random sequence of system calls applied to
 //     the target and to a native directory must give the same results and
-//     the same final tree (seed and op index on mismatch; -e2e.seed replays).
+//     the same final tree (seed and op index on mismatch; replay with
+//     go test ./e2e -run NAME -args -e2e.seed=N).
 //   - TestTools*: git, go build, tar/cp -a/diff -r/rm -rf, SQLite in WAL mode
 //     with one writer and concurrent readers.
 //   - TestKill: a workload runs, the daemon is SIGKILLed at a random moment,
 //     the workspace is mounted again and must be a prefix of the workload at
 //     or after its last acknowledged fsync.
+//   - TestKillCheckerDetects: the kill test's checker rejects a torn
+//     fsynced file, a lost create and an entry no op made.
 //   - TestRemount: a clean unmount and a new mount give the same tree, byte
 //     for byte.
+//   - TestACLXattrKeepsMode: what cp -a does with system.posix_acl_access
+//     must not leave a file with the wrong mode.
+//   - TestMountPreconditions (mount only): exit code 3 and a message for a
+//     workspace already served, a mounted, missing or non-empty mount
+//     point, an unknown workspace; the serving daemon is unharmed.
+//
+// TestDifferential and TestKill also run on the mount variants
+// --writeback and --passthrough (subtests wsfs-writeback,
+// wsfs-passthrough).
 //
 // Run: go test -race ./e2e (as root, with /dev/fuse); -short runs fewer kill
 // rounds and smaller trees.
