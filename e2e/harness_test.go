@@ -41,9 +41,9 @@ const (
 type target struct {
 	kind    string
 	variant string // forEachVariant: the mount variant's name
-	root string
-	mnt  *mountOpts // wsfs only
-	stop func(kill bool)
+	root    string
+	mnt     *mountOpts // wsfs only
+	stop    func(kill bool)
 }
 
 // forEachTarget runs fn as subtest "native" and subtest "wsfs". The wsfs

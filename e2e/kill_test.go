@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -303,7 +303,6 @@ func checkEarlierRounds(root, current string, prev tree) []string {
 	}
 	return out
 }
-
 
 // TestKillCheckerDetects proves the kill test's checker can fail: on a
 // native run of the workload it accepts the untouched tree and rejects a
