@@ -299,12 +299,31 @@ func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
 		}
 	} else {
 		if end > int64(len(d.mem)) {
-			d.mem = append(d.mem, make([]byte, end-int64(len(d.mem)))...)
+			d.mem = growMem(d.mem, int(end), w.opts.SpillSize)
 		}
 		copy(d.mem[off:], p)
 	}
 	d.size = max(d.size, end)
 	return nil
+}
+
+// growMem returns mem extended to length n (n > len(mem)), the new bytes
+// zero. Capacity at least doubles when it runs out (never beyond limit,
+// the spill size, unless n itself is larger): a file written in 1 MiB
+// WRITE requests is then copied O(size) times in total instead of
+// O(size^2/1 MiB), which an exact-size append costs (measured with
+// BenchmarkLargeFileWrite).
+func growMem(mem []byte, n, limit int) []byte {
+	if n <= cap(mem) {
+		old := len(mem)
+		mem = mem[:n]
+		clear(mem[old:]) // a shrink (truncate) may have left old bytes here
+		return mem
+	}
+	c := min(max(n, 2*cap(mem)), max(n, limit))
+	nb := make([]byte, n, c)
+	copy(nb, mem)
+	return nb
 }
 
 func (d *dirty) readAt(p []byte, off int64) (int, error) {
