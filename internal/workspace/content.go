@@ -16,9 +16,15 @@ import (
 // bytes in memory up to SpillSize, beyond that a sparse staging file in
 // the pool's tmp directory (published by rename when flushed).
 type dirty struct {
-	mem   []byte   // the content while f == nil; len(mem) == size
-	f     vfs.File // staging file once spilled
-	path  string
+	mem  []byte   // the content while f == nil; len(mem) == size
+	f    vfs.File // staging file once spilled
+	path string
+	// hash, when not nil, has been fed exactly the content [0, size) of
+	// the staging file: a file written front to back (the usual case) is
+	// hashed as its bytes arrive, so its flush does not read it back. Any
+	// other change (a write elsewhere, a truncate, a failed write) drops
+	// it, and the flush hashes the file instead.
+	hash  pool.Hasher
 	size  int64
 	mtime int64
 	ctime int64
@@ -246,6 +252,7 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 			if err := w.spill(d); err != nil {
 				return nil, err
 			}
+			d.hash = nil // the copied content is not hashed here
 			if _, err := io.Copy(io.NewOffsetWriter(d.f, 0), io.NewSectionReader(src, 0, int64(n.Size))); err != nil {
 				w.discard(d)
 				return nil, errno(err)
@@ -270,7 +277,9 @@ func (w *Workspace) spill(d *dirty) error {
 			return errno(err)
 		}
 	}
-	d.f, d.path, d.mem = f, path, nil
+	h := pool.NewHasher()
+	h.Write(d.mem[:d.size]) // never fails
+	d.f, d.path, d.mem, d.hash = f, path, nil, h
 	return nil
 }
 
@@ -295,7 +304,13 @@ func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
 	}
 	if d.f != nil {
 		if _, err := d.f.WriteAt(p, off); err != nil {
+			d.hash = nil
 			return errno(err)
+		}
+		if d.hash != nil && off == d.size {
+			d.hash.Write(p) // never fails
+		} else {
+			d.hash = nil
 		}
 	} else {
 		if end > int64(len(d.mem)) {
@@ -362,6 +377,9 @@ func (w *Workspace) truncateLocked(n *namespace.Inode, size int64) error {
 		}
 		fallthrough
 	case d.f != nil:
+		if size != d.size {
+			d.hash = nil
+		}
 		if err := d.f.Truncate(size); err != nil {
 			return errno(err)
 		}
@@ -412,9 +430,13 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 		if err := d.f.Truncate(d.size); err != nil { // the length is the content's
 			return errno(err)
 		}
-		h := pool.NewHasher()
-		if _, err := io.Copy(h, io.NewSectionReader(d.f, 0, d.size)); err != nil {
-			return errno(err)
+		h := d.hash
+		if h == nil {
+			h = pool.NewHasher()
+			if _, err := io.Copy(h, io.NewSectionReader(d.f, 0, d.size)); err != nil {
+				return errno(err)
+			}
+			d.hash = h // the content is unchanged until the next write
 		}
 		id := h.Sum()
 		if err := d.f.Close(); err != nil {

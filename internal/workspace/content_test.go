@@ -46,6 +46,10 @@ func TestContentKinds(t *testing.T) {
 				want: append(pattern(900, 4), pattern(900, 5)...), isObject: true},
 			{name: "sparse in memory", writes: wr(500, []byte("x")), want: append(make([]byte, 500), 'x'), isObject: true},
 			{name: "sparse spilled", writes: wr(100000, []byte("end")), want: append(make([]byte, 100000), "end"...), isObject: true},
+			{name: "spilled in appends", writes: append(append(wr(0, pattern(700, 6)), wr(700, pattern(700, 7))...), wr(1400, pattern(700, 8))...),
+				want: append(append(pattern(700, 6), pattern(700, 7)...), pattern(700, 8)...), isObject: true},
+			{name: "spilled then rewritten", writes: append(wr(0, pattern(2000, 9)), wr(10, []byte("XY"))...),
+				want: append(append(append([]byte(nil), pattern(2000, 9)[:10]...), "XY"...), pattern(2000, 9)[12:]...), isObject: true},
 			{name: "overlapping", writes: append(wr(0, []byte("aaaaaa")), wr(2, []byte("BB"))...), want: []byte("aaBBaa")},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
