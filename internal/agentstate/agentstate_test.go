@@ -448,3 +448,46 @@ func TestRequestSyncWithoutSidecar(t *testing.T) {
 		t.Errorf("RequestSync without a sidecar: %v", err)
 	}
 }
+
+// TestCheckpointWhileSidecarDown: the sidecar is SIGKILLed, the application
+// writes and checkpoints (every mode) before it restarts. Without the
+// start-up snapshot, Litestream v0.5.18 lost a page in about one run in
+// twelve here (a row missing from the middle of the restored table, with
+// quick_check passing); with it, a latest-state restore has every row.
+func TestCheckpointWhileSidecarDown(t *testing.T) {
+	for _, mode := range []string{"PASSIVE", "FULL", "RESTART", "TRUNCATE"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			opts := testOptions(t)
+			if err := Ensure(opts.DBPath, "child"); err != nil {
+				t.Fatal(err)
+			}
+			w := newWriter(t, opts.DBPath)
+			first := startChild(t, opts)
+			w.insert(t, 200)
+			waitStatus(ctx, t, opts.StatusPath, first, func(s Status) bool { return s.ReplicaTXID >= 1 && s.Lag() == 0 })
+			w.insert(t, 100) // possibly not replicated when the kill lands
+			if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-first.exited
+			w.insert(t, 300)
+			if _, err := w.db.Exec("PRAGMA wal_checkpoint(" + mode + ")"); err != nil {
+				t.Fatal(err)
+			}
+			w.insert(t, 100)
+			second := startChild(t, opts)
+			waitStatus(ctx, t, opts.StatusPath, second, func(Status) bool { return true })
+			if _, err := RequestSync(ctx, opts.SocketPath); err != nil {
+				t.Fatal(err)
+			}
+			want := dump(t, opts.DBPath)
+			to := filepath.Join(t.TempDir(), "restored.db")
+			if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: to}); err != nil {
+				t.Fatal(err)
+			}
+			sameRows(t, "restore after a checkpoint while the sidecar was down", dump(t, to), want)
+		})
+	}
+}
