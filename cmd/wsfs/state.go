@@ -25,10 +25,12 @@ What Litestream promises: replication is ASYNCHRONOUS. A committed
 transaction reaches the replica within about one sync interval (1s by
 default); if the host is lost, the last interval can be missing from the
 replica. A restore always gives a consistent database: a prefix of the
-committed transactions, not necessarily the last one. Agents must open the
-database with PRAGMA wal_autocheckpoint=0 and leave checkpoints to the
-sidecar: with the application checkpointing, a sidecar killed and
-restarted under load left replicas with lost pages in wsfs's tests.
+committed transactions, not necessarily the last one. Agents should open
+the database with PRAGMA wal_autocheckpoint=0 and leave checkpoints to the
+sidecar. (Litestream v0.5.18 lost a page now and then when the application
+checkpointed while the sidecar was down; each sidecar start therefore
+uploads a full snapshot, so a restore of the latest state is complete. A
+restore --at a moment just after such a restart may not be.)
 
   wsfs state sync NAME
       Ask the running sidecar to upload everything committed so far and wait
