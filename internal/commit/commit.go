@@ -13,6 +13,10 @@
 //  3. log sync: the log is synced.
 //
 // Only then does OnCommit see the group and are its waiters released.
+// With Options.EarlyDrain, step 1 mostly happens ahead of time: a second
+// goroutine syncs the objects of records as they are enqueued, and the
+// group's drain finds them durable (a failed early sync taints its
+// objects, and the group referencing one fails its drain).
 // While one group drains and syncs, new records accumulate for the next one:
 // that pipelining is the group commit.
 //
@@ -119,6 +123,15 @@ type Options struct {
 	// in production: its cost grows with every dirty page of both
 	// filesystems, whoever wrote them.
 	Drain Drain
+	// EarlyDrain (DrainEntry only) syncs the objects of enqueued records
+	// in the background as they arrive, before their group closes, so the
+	// group's drain (and a Barrier waiting for it) mostly finds them
+	// durable already (the pool skips objects it knows durable). An early
+	// sync that fails taints its objects: the group referencing one of
+	// them fails its drain and republishes them, exactly as if its own
+	// drain had failed (fsyncgate: after a failed fdatasync, a later one
+	// may succeed without the data having reached the disk).
+	EarlyDrain bool
 	// SyncParallelism bounds the object syncs in flight during a DrainEntry
 	// drain (default pool.DefaultSyncParallel, chosen by the pool's benchmark).
 	SyncParallelism int
@@ -177,6 +190,16 @@ type Committer struct {
 	kick chan struct{} // wakes the flusher; capacity 1, sends never block
 	done chan struct{} // closed when the flusher has exited
 
+	// With EarlyDrain: earlyKick wakes the early drainer (capacity 1),
+	// earlyStop stops it, earlyDone is closed when it has exited.
+	// drainMu is held around every SyncObjects call (early or a group's)
+	// and the taint check before a group's drain, so a group never drains
+	// while an early sync of its objects is still running: it sees that
+	// sync's taint, if any.
+	earlyKick, earlyStop, earlyDone chan struct{}
+	drainMu                         sync.Mutex
+	stopEarly                       sync.Once
+
 	mu struct {
 		sync.Mutex
 		// space is signalled when pending shrinks, and broadcast when
@@ -194,6 +217,10 @@ type Committer struct {
 		urgent Ticket
 		// waiters of records not yet committed, by Ticket.
 		waiters waiterHeap
+		// early: objects enqueued and not yet taken by the early drainer.
+		early []pool.ID
+		// tainted: objects whose early sync failed, until republished.
+		tainted map[pool.ID]error
 		closing bool
 		failed  *FailedError
 		// lastGroup and lastCommit describe the last committed group.
@@ -235,6 +262,13 @@ func New(log Log, objs Objects, opts Options) *Committer {
 	c.mu.space.L = &c.mu.Mutex
 	c.mu.next = 1
 	c.mu.lastGroup = log.LastGroup()
+	c.mu.tainted = make(map[pool.ID]error)
+	if opts.EarlyDrain && opts.Drain == DrainEntry {
+		c.earlyKick = make(chan struct{}, 1)
+		c.earlyStop = make(chan struct{})
+		c.earlyDone = make(chan struct{})
+		go c.earlyDrainer()
+	}
 	go c.flusher()
 	return c
 }
@@ -270,9 +304,20 @@ func (c *Committer) Enqueue(recs ...Record) (Ticket, error) {
 		return c.mu.next - 1, nil
 	}
 	wasEmpty := len(c.mu.pending) == 0
+	early := false
 	for i, r := range recs {
 		c.mu.pending = append(c.mu.pending, entry{t: c.mu.next, rec: r, at: now, end: i == len(recs)-1})
 		c.mu.next++
+		if c.earlyKick != nil && len(r.Objects) > 0 {
+			c.mu.early = append(c.mu.early, r.Objects...)
+			early = true
+		}
+	}
+	if early {
+		select {
+		case c.earlyKick <- struct{}{}:
+		default:
+		}
 	}
 	if wasEmpty || len(c.mu.pending) >= c.opts.MaxRecords {
 		c.wake()
@@ -360,10 +405,60 @@ func (c *Committer) Close() error {
 	c.mu.Unlock()
 	c.wake()
 	<-c.done
+	if c.earlyStop != nil {
+		c.stopEarly.Do(func() { close(c.earlyStop) })
+		<-c.earlyDone
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.failed != nil {
 		return c.mu.failed
+	}
+	return nil
+}
+
+// earlyDrainer syncs the objects of enqueued records in batches (whatever
+// accumulated while the previous batch synced) until Close. A failed batch
+// taints every object in it; nothing else happens until a group needs one
+// of them (see commitGroup).
+func (c *Committer) earlyDrainer() {
+	defer close(c.earlyDone)
+	for {
+		select {
+		case <-c.earlyKick:
+		case <-c.earlyStop:
+			return
+		}
+		c.mu.Lock()
+		ids := c.mu.early
+		c.mu.early = nil
+		c.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		c.drainMu.Lock()
+		if err := c.objs.SyncObjects(ids, c.opts.SyncParallelism); err != nil {
+			c.lg.Warn("early object sync failed; the group referencing these objects will fail its drain and republish them",
+				"objects", len(ids), "err", err)
+			c.mu.Lock()
+			for _, id := range ids {
+				c.mu.tainted[id] = err
+			}
+			c.mu.Unlock()
+		}
+		c.drainMu.Unlock()
+	}
+}
+
+// taintErr returns an error if an early sync of one of ids failed and the
+// object has not been republished since.
+func (c *Committer) taintErr(ids []pool.ID) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		if err, ok := c.mu.tainted[id]; ok {
+			return fmt.Errorf("the early sync of object %s failed: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -504,7 +599,12 @@ func (c *Committer) commitGroup(g []entry) bool {
 	switch c.opts.Drain {
 	case DrainEntry:
 		if len(ids) > 0 {
-			err = c.objs.SyncObjects(ids, c.opts.SyncParallelism)
+			c.drainMu.Lock()
+			err = c.taintErr(ids)
+			if err == nil {
+				err = c.objs.SyncObjects(ids, c.opts.SyncParallelism)
+			}
+			c.drainMu.Unlock()
 		}
 	case DrainSyncFS:
 		err = c.objs.SyncFS()
@@ -589,6 +689,9 @@ func (c *Committer) republish(g []entry) bool {
 			c.fail("republish", fmt.Errorf("object %s, after a failed drain: %w", id, err))
 			return false
 		}
+		c.mu.Lock()
+		delete(c.mu.tainted, id) // rewritten and synced afresh
+		c.mu.Unlock()
 	}
 	return true
 }

@@ -366,6 +366,9 @@ func Open(opts Options) (*Workspace, error) {
 	w.lg.Debug("recovered", "checkpoint_group", ckGroup, "last_group", w.log.LastGroup(), "records_replayed", replayed, "inodes", w.tree.Len())
 	w.com = commit.New(w.log, w.pool, commit.Options{
 		MaxRecords: opts.GroupRecords, Window: opts.GroupWindow, Drain: opts.Drain,
+		// Sync pooled contents as they are published, so an fsync waits
+		// for little more than the log (see commit.Options.EarlyDrain).
+		EarlyDrain:      true,
 		SyncParallelism: opts.SyncParallelism, Clock: opts.Clock, Logger: w.lg,
 		Observer: opts.Observer, OnCommit: w.onCommit,
 		StateSyncFS: func() error { return w.fs.SyncFS(opts.Dir) },
