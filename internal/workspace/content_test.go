@@ -222,3 +222,43 @@ func TestLargeSparse(t *testing.T) {
 	}
 	_ = bytes.MinRead
 }
+
+// TestRecycledBuffersReadAsZeros: dirty buffers above 64 KiB are recycled
+// between files; a hole in a later file must read as zeros, never as the
+// bytes of an earlier one.
+func TestRecycledBuffersReadAsZeros(t *testing.T) {
+	envs(t, func(t *testing.T, e *env) {
+		w := e.open()
+		defer w.Close()
+		old := bytes.Repeat([]byte{0xff}, 200<<10)
+		for i := range 3 { // leave buffers of several sizes in the pools
+			f := A(t)(w.Create(RootIno, "old"+string(rune('a'+i)), 0o644, me))
+			h := H(t)(w.OpenFile(f.Ino, syscall.O_WRONLY))
+			for off := 0; off < len(old)>>i; off += 64 << 10 {
+				if _, err := h.WriteAt(old[off:min(off+64<<10, len(old)>>i)], int64(off)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			noErr(t, h.Flush())
+			noErr(t, h.Release())
+		}
+		f := A(t)(w.Create(RootIno, "new", 0o644, me))
+		h := H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))
+		if _, err := h.WriteAt([]byte("head"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.WriteAt([]byte("tail"), 150<<10); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]byte, 150<<10+4)
+		copy(want, "head")
+		copy(want[150<<10:], "tail")
+		got := make([]byte, len(want))
+		n, err := h.ReadAt(got, 0)
+		noErr(t, err)
+		eq(t, got[:n], want, "dirty read")
+		noErr(t, h.Flush())
+		noErr(t, h.Release())
+		eq(t, readAll(t, w, f.Ino), want, "after flush")
+	})
+}
