@@ -694,6 +694,12 @@ func (r *rawFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.Statf
 
 // --- extended attributes ---
 
+// isPOSIXACL reports whether name is one of the kernel's POSIX ACL
+// attributes, which wsfs does not support (see SetXAttr).
+func isPOSIXACL(name string) bool {
+	return name == "system.posix_acl_access" || name == "system.posix_acl_default"
+}
+
 func (r *rawFS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string, dest []byte) (sz uint32, st fuse.Status) {
 	defer r.done(opGetXAttr, time.Now(), &st)
 	v, err := r.ws.GetXattr(workspace.Ino(h.NodeId), name)
@@ -724,6 +730,14 @@ func (r *rawFS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte)
 
 func (r *rawFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) (st fuse.Status) {
 	defer r.done(opSetXAttr, time.Now(), &st)
+	if isPOSIXACL(name) {
+		// The mount does not negotiate FUSE_POSIX_ACL, so the kernel passes
+		// ACLs through as plain attributes. Stored opaquely they would not
+		// change the mode, and `cp -a`/`rsync -A` (which copy a minimal ACL
+		// instead of calling chmod) would leave files 0600. EOPNOTSUPP makes
+		// them fall back to chmod, as on a filesystem mounted with noacl.
+		return fuse.Status(syscall.EOPNOTSUPP)
+	}
 	return r.status("setxattr", r.ws.SetXattr(workspace.Ino(in.NodeId), name, data, in.Flags))
 }
 
