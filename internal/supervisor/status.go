@@ -87,7 +87,8 @@ func Collect(h *host.Host, now time.Time) ([]WorkspaceStatus, error) {
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			ws.SidecarErr = err.Error()
 		}
-		if upErr == nil && now.Sub(up.UpdatedAt) < 365*24*time.Hour {
+		// up.json is only current while its supervisor lives.
+		if upErr == nil && up.PID > 0 && syscall.Kill(up.PID, 0) == nil {
 			for _, c := range up.Children {
 				if c.Workspace != n {
 					continue

@@ -21,12 +21,15 @@
 //     mount lazily unmounted. Both are logged. Run then returns nil.
 //
 // Children get Setpgid (so a terminal's ^C reaches only the supervisor,
-// which then stops them in order) and Pdeathsig SIGTERM (so they stop if
-// the supervisor itself is killed). Each child's output is copied to the
-// supervisor's log, one line at a time, prefixed with "NAME/kind: ".
+// which then stops them in order) and Pdeathsig SIGTERM (so they stop, and
+// daemons commit and unmount, if the supervisor itself is killed). Each
+// child writes its output to a file (see LogFile for why not a pipe), which
+// the supervisor copies into its log, one line at a time, prefixed with
+// "NAME/kind: ".
 //
-// Runtime files: HOME/run/NAME.ready (the daemon's ready file) and
-// HOME/run/up.json (pids and restart counts, for `wsfs status`).
+// Runtime files: HOME/run/NAME.ready (the daemon's ready file),
+// HOME/run/NAME.KIND.log (children's output) and HOME/run/up.json (pids and
+// restart counts, for `wsfs status`).
 package supervisor
 
 import (
@@ -200,6 +203,13 @@ func Run(ctx context.Context, opts Options) error {
 		c.mu.st = ChildState{Workspace: c.ws, Kind: c.kind}
 	}
 
+	// A ready file left by a daemon that died uncleanly must not make the
+	// new run look ready before its own daemons are.
+	for _, c := range s.children {
+		if c.kind == KindDaemon {
+			os.Remove(c.readyFile)
+		}
+	}
 	restartCtx, stopRestarts := context.WithCancel(context.Background())
 	defer stopRestarts()
 	for _, c := range s.children {
@@ -259,16 +269,31 @@ func (s *supervisor) loop(ctx context.Context, c *child) {
 		}
 		cmd := exec.Command(s.opts.Exe, c.args...)
 		cmd.Env = c.env
-		w := newPrefixWriter(s.log, c.ws+"/"+c.kind)
-		cmd.Stdout, cmd.Stderr = w, w
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+		logPath := LogFile(s.opts.Host, c.ws, c.kind)
+		lf, offset, err := openChildLog(logPath)
+		if err != nil {
+			log.Error("cannot open the child's log file; its output is discarded", "path", logPath, "err", err)
+		} else {
+			cmd.Stdout, cmd.Stderr = lf, lf
+		}
 
 		c.mu.Lock()
 		if c.mu.stopping {
 			c.mu.Unlock()
+			if lf != nil {
+				lf.Close()
+			}
 			return
 		}
-		err := cmd.Start()
+		err = cmd.Start()
+		if lf != nil {
+			lf.Close() // the child has its own descriptor
+		}
+		var tail *tailer
+		if err == nil && lf != nil {
+			tail = startTail(logPath, offset, newPrefixWriter(s.log, c.ws+"/"+c.kind))
+		}
 		if err == nil {
 			c.mu.cmd = cmd
 			c.exited = make(chan struct{})
@@ -283,7 +308,9 @@ func (s *supervisor) loop(ctx context.Context, c *child) {
 			log.Info("started", "pid", cmd.Process.Pid)
 			s.writeState()
 			werr := cmd.Wait()
-			w.Flush()
+			if tail != nil {
+				tail.finish()
+			}
 			lived := time.Since(c.mu.st.StartedAt)
 			how := describeExit(cmd.ProcessState, werr)
 			c.mu.Lock()
@@ -423,6 +450,93 @@ func ReadState(h *host.Host) (State, error) {
 		return State{}, fmt.Errorf("%s: %w", StateFile(h), err)
 	}
 	return st, nil
+}
+
+// LogFile is HOME/run/NAME.KIND.log, where a child writes its output.
+//
+// Children write to a file, never to a pipe to the supervisor: a Go program
+// writing to a broken pipe on stdout/stderr dies of SIGPIPE, so a child
+// piped to a supervisor that was killed would die at its next log line,
+// half way through its final commit. The supervisor tails the file into its
+// own log. The file is kept across restarts (for post-mortems) and
+// truncated at a child's start once it exceeds maxChildLog.
+func LogFile(h *host.Host, name, kind string) string {
+	return filepath.Join(RunDir(h), name+"."+kind+".log")
+}
+
+const maxChildLog = 64 << 20
+
+// openChildLog opens path for appending and returns the offset at which the
+// new child's output will start.
+func openChildLog(path string) (*os.File, int64, error) {
+	if st, err := os.Stat(path); err == nil && st.Size() > maxChildLog {
+		os.Truncate(path, 0)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
+}
+
+// tailer copies a child's log file, from an offset, into a prefixWriter
+// until finish is called and the file is drained.
+type tailer struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startTail(path string, offset int64, w *prefixWriter) *tailer {
+	t := &tailer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		defer w.Flush()
+		f, err := os.Open(path)
+		if err != nil {
+			w.log.Error("cannot read child log", "path", path, "err", err)
+			return
+		}
+		defer f.Close()
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return
+		}
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				w.Write(buf[:n])
+				continue
+			}
+			if err != nil && err != io.EOF {
+				w.log.Error("cannot read child log", "path", path, "err", err)
+				return
+			}
+			select {
+			case <-t.stop:
+				// The child has exited: whatever it wrote is in the file.
+				for {
+					n, _ := f.Read(buf)
+					if n == 0 {
+						return
+					}
+					w.Write(buf[:n])
+				}
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return t
+}
+
+// finish drains the file and waits for the tailer to end.
+func (t *tailer) finish() {
+	close(t.stop)
+	<-t.done
 }
 
 // prefixWriter copies a child's output to the log, one line per record.
