@@ -131,7 +131,7 @@ type child struct {
 	done   chan struct{} // closed when the loop has returned
 }
 
-// Supervisor is a running `wsfs up`.
+// supervisor is a running `wsfs up`.
 type supervisor struct {
 	opts     Options
 	log      *slog.Logger
