@@ -51,6 +51,10 @@ func (g *globals) homeFlag(fs *flag.FlagSet) {
 }
 
 func main() {
+	// A daemon whose stderr is a pipe must not die of SIGPIPE in the middle
+	// of a commit because the reader went away: writes then fail with EPIPE
+	// and the daemon carries on (its log lines are lost, its data is not).
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
