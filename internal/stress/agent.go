@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/zeebo/blake3"
-	_ "modernc.org/sqlite" // the agent state database driver (pure Go, same as litestream)
+
+	"wsfs/internal/agentstate"
 )
 
 // Phase names, in the order the agent runs them.
@@ -156,36 +157,37 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 	return a, nil
 }
 
-// openState opens the agent's state database in WAL mode with a progress
-// table, as a real agent keeps its session state in SQLite.
+// openState opens the agent's state database with agentstate.OpenDB, as a
+// real agent does (WAL mode, wal_autocheckpoint=0: checkpoints are left to
+// the replication sidecar, see the agentstate package doc), and creates the
+// progress table, as a real agent keeps its session state in SQLite. The
+// database may already exist: in the wsfs arms the sidecar creates it
+// before the agent starts.
 func openState(path string) (*sql.DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("agent state: %w", err)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(5000)")
+	db, err := agentstate.OpenDB(path)
 	if err != nil {
-		return nil, fmt.Errorf("agent state %s: %w", path, err)
+		return nil, err
 	}
+	// One connection: the agent writes serially, and a single connection
+	// keeps the pool from opening (and, on close, checkpointing) others.
 	db.SetMaxOpenConns(1)
-	var mode string
-	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("agent state %s: %w", path, err)
-	}
-	if mode != "wal" {
-		db.Close()
-		return nil, fmt.Errorf("agent state %s: journal mode is %q, want wal", path, mode)
-	}
-	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS progress (
-		id INTEGER PRIMARY KEY,
-		phase TEXT NOT NULL,
-		files_done INTEGER NOT NULL,
-		at_unix_ns INTEGER NOT NULL)`); err != nil {
+	if _, err := db.Exec(ProgressTableSQL); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("agent state %s: create progress table: %w", path, err)
 	}
 	return db, nil
 }
+
+// ProgressTableSQL creates the agent's progress table: one row every
+// progressEvery files of a phase and one at each phase end ("PHASE:done").
+const ProgressTableSQL = `CREATE TABLE IF NOT EXISTS progress (
+	id INTEGER PRIMARY KEY,
+	phase TEXT NOT NULL,
+	files_done INTEGER NOT NULL,
+	at_unix_ns INTEGER NOT NULL)`
 
 // Close closes the state database.
 func (a *Agent) Close() error { return a.db.Close() }

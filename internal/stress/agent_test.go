@@ -2,12 +2,13 @@ package stress
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"wsfs/internal/agentstate"
 )
 
 func newTestAgent(t *testing.T, every int) *Agent {
@@ -62,8 +63,20 @@ func TestAgentRunVerifies(t *testing.T) {
 	if want := n - int(DeleteShare*float64(n)+0.5); files != want {
 		t.Errorf("%d files left, want %d", files, want)
 	}
-	// Progress rows, one per phase end at least, in WAL mode.
-	db, err := sql.Open("sqlite", "file:"+a.cfg.StatePath)
+	// The agent leaves checkpoints to the replication sidecar, in WAL mode.
+	var autockpt int
+	var mode string
+	if err := a.db.QueryRow(`PRAGMA wal_autocheckpoint`).Scan(&autockpt); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if autockpt != 0 || mode != "wal" {
+		t.Errorf("agent state database: wal_autocheckpoint=%d journal_mode=%s, want 0 and wal (agentstate.OpenDB)", autockpt, mode)
+	}
+	// Progress rows, one per phase end at least.
+	db, err := agentstate.OpenDB(a.cfg.StatePath)
 	if err != nil {
 		t.Fatal(err)
 	}
