@@ -157,7 +157,9 @@ type diffGen struct {
 	files    []string // regular files
 	dirs     []string // directories, "." included
 
-	noReadOnlySlots bool // slot opens are never O_RDONLY
+	// noReadOnlySlots: no O_RDONLY descriptor stays open while another
+	// op opens the file (slots, copy_file_range's input).
+	noReadOnlySlots bool
 }
 
 // refresh lists the reference tree's paths, sorted.
@@ -258,7 +260,7 @@ func statString(st *unix.Stat_t) string {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		size = -1
 	}
-	return fmt.Sprintf("mode %#o size %d nlink %d", st.Mode, size, st.Nlink)
+	return fmt.Sprintf("mode %#o size %d nlink %d uid %d gid %d", st.Mode, size, st.Nlink, st.Uid, st.Gid)
 }
 
 func preadAll(fd int) string {
@@ -286,7 +288,7 @@ var diffOps = []weighted{
 	{5, genRead}, {2, genFsync}, {3, genOpenUnlinkRead}, {4, genStat},
 	{2, genReadlink}, {4, genSlotOpen}, {5, genSlotWrite}, {4, genSlotRead},
 	{2, genSlotTruncate}, {3, genSlotStat}, {1, genSlotFsync}, {3, genSlotClose},
-	{3, genXattr},
+	{3, genXattr}, {2, genFallocate}, {2, genCopyRange}, {2, genChown},
 }
 
 func genDiffOp(r *diffGen) diffOp {
@@ -606,8 +608,9 @@ func genXattr(r *diffGen) diffOp {
 	val := randData(r, r.Intn(100))
 	switch r.Intn(4) {
 	case 0:
-		return diffOp{fmt.Sprintf("setxattr %s %s len %d", p, name, len(val)), func(s *side) string {
-			return errno(unix.Setxattr(s.path(p), name, val, 0))
+		flags := []int{0, 0, unix.XATTR_CREATE, unix.XATTR_REPLACE}[r.Intn(4)]
+		return diffOp{fmt.Sprintf("setxattr %s %s len %d flags %d", p, name, len(val), flags), func(s *side) string {
+			return errno(unix.Setxattr(s.path(p), name, val, flags))
 		}}
 	case 1:
 		return diffOp{fmt.Sprintf("getxattr %s %s", p, name), func(s *side) string {
@@ -635,4 +638,56 @@ func genXattr(r *diffGen) diffOp {
 			return fmt.Sprint(x)
 		}}
 	}
+}
+
+func genFallocate(r *diffGen) diffOp {
+	p, off, n := r.file(), int64(randSize(r)), int64(1+randSize(r))
+	mode := []uint32{0, unix.FALLOC_FL_KEEP_SIZE}[r.Intn(2)]
+	return diffOp{fmt.Sprintf("fallocate %s mode %d off %d len %d", p, mode, off, n), func(s *side) string {
+		fd, err := unix.Open(s.path(p), unix.O_RDWR, 0)
+		if err != nil {
+			return "open " + errno(err)
+		}
+		ferr := unix.Fallocate(fd, mode, off, n)
+		after := preadAll(fd)
+		return fmt.Sprintf("fallocate %s %s close %s", errno(ferr), after, errno(unix.Close(fd)))
+	}}
+}
+
+func genCopyRange(r *diffGen) diffOp {
+	from, to := r.file(), r.file()
+	off, n, at := int64(r.Intn(100<<10)), 1+r.Intn(80<<10), int64(r.Intn(100<<10))
+	inFlags := unix.O_RDONLY
+	if r.noReadOnlySlots {
+		inFlags = unix.O_RDWR // see noReadOnlySlots
+	}
+	return diffOp{fmt.Sprintf("copy_file_range %s@%d -> %s@%d len %d", from, off, to, at, n), func(s *side) string {
+		in, err := unix.Open(s.path(from), inFlags, 0)
+		if err != nil {
+			return "open in " + errno(err)
+		}
+		defer unix.Close(in)
+		out, err := unix.Open(s.path(to), unix.O_WRONLY, 0)
+		if err != nil {
+			return "open out " + errno(err)
+		}
+		roff, woff := off, at
+		copied, cerr := unix.CopyFileRange(in, &roff, out, &woff, n, 0)
+		return fmt.Sprintf("copied %d %s close %s", copied, errno(cerr), errno(unix.Close(out)))
+	}}
+}
+
+func genChown(r *diffGen) diffOp {
+	p := r.path()
+	uid, gid := []int{0, 1000, 65534}[r.Intn(3)], []int{0, 1000, 65534}[r.Intn(3)]
+	return diffOp{fmt.Sprintf("lchown %s %d:%d", p, uid, gid), func(s *side) string {
+		if err := unix.Lchown(s.path(p), uid, gid); err != nil {
+			return errno(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(s.path(p), &st); err != nil {
+			return "lstat " + errno(err)
+		}
+		return statString(&st)
+	}}
 }

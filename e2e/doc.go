@@ -7,7 +7,8 @@
 // filesystem, and "wsfs", a live mount. The native run proves the test
 // itself (its model, its comparison) is right; the wsfs run is the check of
 // the filesystem. The wsfs target is skipped, with the reason, when the
-// process is not root, /dev/fuse is missing or the binary does not build.
+// process is not root or /dev/fuse is missing; it fails when the binary
+// does not build or lacks the init, create and mount commands.
 //
 // The tests:
 //

@@ -19,7 +19,7 @@ var (
 )
 
 // wsfsBin is the binary the mount tests run; wsfsBuildErr says why there is
-// none (the wsfs target is then skipped with that reason).
+// none (every wsfs target then fails with that reason).
 var (
 	wsfsBin      string
 	wsfsBuildErr error
