@@ -15,6 +15,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"wsfs/internal/agentstate"
+	"wsfs/internal/host"
 )
 
 // Arm names: how a workspace's tree is served.
@@ -90,12 +93,24 @@ type RunResult struct {
 	Agents      []*AgentResult `json:"agents"`
 	Host        HostSummary    `json:"host"`
 	HostSamples []HostSample   `json:"host_samples"`
-	Errors      []string       `json:"errors,omitempty"`
+	// Replicated is true when every workspace's agent state database had a
+	// replication sidecar (the wsfs arms). ReplicaVerified is true only
+	// when, after the run, every replica was restored and its progress
+	// table equalled the original row for row. ReplicaSyncNs is each
+	// workspace's final sync-and-wait latency, in workspace order.
+	Replicated      bool     `json:"replicated"`
+	ReplicaVerified bool     `json:"replica_verified"`
+	ReplicaRows     []int    `json:"replica_rows,omitempty"` // progress rows verified per workspace
+	ReplicaSyncNs   []int64  `json:"replica_sync_ns,omitempty"`
+	Errors          []string `json:"errors,omitempty"`
 }
 
 // Failed reports whether anything in the run went wrong.
 func (r *RunResult) Failed() bool {
 	if len(r.Errors) > 0 || len(r.Agents) != r.Workspaces {
+		return true
+	}
+	if r.Replicated && !r.ReplicaVerified {
 		return true
 	}
 	for _, a := range r.Agents {
@@ -287,7 +302,16 @@ func hostInfo() HostInfo {
 type workspaceSetup struct {
 	tree, state string
 	daemon      *proc
-	mnt         string // "" for native arms
+	mnt         string      // "" for native arms
+	sidecar     *sidecarFor // replication sidecar (wsfs arms), nil otherwise
+}
+
+// servers are the long-running children of one run besides the agents, as
+// far as setupArm got; runOne stops them all.
+type servers struct {
+	daemons  []*proc
+	sidecars []*sidecarFor
+	mounts   []string
 }
 
 // runOne runs one arm at n workspaces with nb neighbours. Errors are
@@ -311,18 +335,28 @@ func runOne(ctx context.Context, opts Options, disp display, label, arm string, 
 			return r
 		}
 	}
-	var daemons []*proc
-	var mounts []string
+	var srv servers
 	home := filepath.Join(runDir, "home")
+	stopSidecars := func() {
+		for _, s := range srv.sidecars {
+			if err := s.p.stop(sidecarStopGrace); err != nil {
+				fail("sidecar %v", err)
+			}
+		}
+		srv.sidecars = nil
+	}
 	defer func() {
+		// Sidecars stop before the daemons (as `wsfs up` does), after a
+		// final sync; each must exit 0, or the run failed.
+		stopSidecars()
 		// Daemons stop last: a wsfs daemon commits and unmounts on SIGTERM
 		// and must exit 0, or the run failed.
-		for _, d := range daemons {
+		for _, d := range srv.daemons {
 			if err := d.stop(stopGrace); err != nil {
 				fail("daemon %v", err)
 			}
 		}
-		for _, m := range mounts {
+		for _, m := range srv.mounts {
 			if isMounted(m) {
 				fail("mount %s still present after its daemon exited; detaching it", m)
 				if err := forceUnmount(m); err != nil {
@@ -347,9 +381,8 @@ func runOne(ctx context.Context, opts Options, disp display, label, arm string, 
 		}
 	}()
 
-	// 1. The servers.
-	setups, ds, ms, err := setupArm(opts, arm, n, runDir, home, logDir)
-	daemons, mounts = ds, ms
+	// 1. The servers (and, in the wsfs arms, the replication sidecars).
+	setups, err := setupArm(opts, arm, n, runDir, home, logDir, &srv)
 	if err != nil {
 		fail("set up %s: %v", arm, err)
 		return r
@@ -452,10 +485,36 @@ func runOne(ctx context.Context, opts Options, disp display, label, arm string, 
 			fail("host sampler: %v", err)
 		}
 	}
+	replicaErrs := len(r.Errors)
+	if ready && len(srv.sidecars) > 0 {
+		// Sync-and-wait under the same conditions as the run (neighbours
+		// still writing), then stop the sidecars and check every replica.
+		r.Replicated = len(srv.sidecars) == n
+		for _, s := range srv.sidecars {
+			d, err := s.syncWait(ctx)
+			if err != nil {
+				fail("%v", err)
+				continue
+			}
+			r.ReplicaSyncNs = append(r.ReplicaSyncNs, int64(d))
+		}
+	}
 	stopNeighbours()
+	if ready && r.Replicated {
+		sidecars := srv.sidecars
+		stopSidecars()
+		for _, s := range sidecars {
+			rows, err := s.verify(ctx, filepath.Join(runDir, "replica-check", s.name+".db"))
+			r.ReplicaRows = append(r.ReplicaRows, rows)
+			if err != nil {
+				fail("replica NOT verified: %v", err)
+			}
+		}
+		r.ReplicaVerified = len(r.Errors) == replicaErrs
+	}
 	// Daemons that died during the run are a failure even if the agents
 	// finished (their mounts would have returned errors anyway).
-	for _, d := range daemons {
+	for _, d := range srv.daemons {
 		if d.exited() {
 			fail("daemon exited during the run: %v", d.exitErr())
 		}
@@ -463,20 +522,19 @@ func runOne(ctx context.Context, opts Options, disp display, label, arm string, 
 	return r
 }
 
-// setupArm prepares the trees (and daemons, for the FUSE arms) of n
-// workspaces. It returns the daemons and mounts it started even on error,
-// so the caller can stop them.
-func setupArm(opts Options, arm string, n int, runDir, home, logDir string) ([]workspaceSetup, []*proc, []string, error) {
+// setupArm prepares the trees (and daemons, for the FUSE arms, and the
+// replication sidecars, for the wsfs arms) of n workspaces. It records
+// every process and mount it started in srv, also on error, so the caller
+// can stop them.
+func setupArm(opts Options, arm string, n int, runDir, home, logDir string, srv *servers) ([]workspaceSetup, error) {
 	var setups []workspaceSetup
-	var daemons []*proc
-	var mounts []string
 	// data(i) holds workspace i's tree (native) or loopback source; state(i)
 	// its agent state database, outside the measured tree.
 	data := func(i int) string { return filepath.Join(runDir, fmt.Sprintf("ws-%d", i)) }
 	state := func(i int) string { return filepath.Join(runDir, fmt.Sprintf("ws-%d", i), "agent", "state.db") }
 	if opts.Layout == LayoutDedicated {
 		if err := createLayout(opts, n, home, logDir); err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
 		data = func(i int) string { return filepath.Join(home, "pool", arm, fmt.Sprintf("ws-%d", i)) }
 		state = func(i int) string {
@@ -488,7 +546,7 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string) ([]w
 		for i := range n {
 			tree := filepath.Join(data(i), "tree")
 			if err := os.MkdirAll(tree, 0o755); err != nil {
-				return nil, nil, nil, err
+				return nil, err
 			}
 			setups = append(setups, workspaceSetup{tree: tree, state: state(i)})
 		}
@@ -497,7 +555,7 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string) ([]w
 			src, mnt := filepath.Join(data(i), "src"), filepath.Join(runDir, "mnt", fmt.Sprintf("ws-%d", i))
 			for _, d := range []string{src, mnt} {
 				if err := os.MkdirAll(d, 0o755); err != nil {
-					return nil, daemons, mounts, err
+					return nil, err
 				}
 			}
 			readyFile := filepath.Join(runDir, fmt.Sprintf("ws-%d.ready", i))
@@ -505,11 +563,11 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string) ([]w
 				[]string{"loopback", "--ready-file", readyFile, src, mnt}, nil,
 				filepath.Join(logDir, fmt.Sprintf("daemon-%d.log", i)), nil)
 			if err != nil {
-				return nil, daemons, mounts, err
+				return nil, err
 			}
-			daemons, mounts = append(daemons, p), append(mounts, mnt)
+			srv.daemons, srv.mounts = append(srv.daemons, p), append(srv.mounts, mnt)
 			if err := waitReady(p, readyFile, readyTimeout); err != nil {
-				return nil, daemons, mounts, err
+				return nil, err
 			}
 			setups = append(setups, workspaceSetup{tree: mnt, state: state(i), daemon: p, mnt: mnt})
 		}
@@ -520,36 +578,53 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string) ([]w
 		}
 		if opts.Layout != LayoutDedicated { // layout create has made the host
 			if err := runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "init", "--home", home); err != nil {
-				return nil, nil, nil, err
+				return nil, err
 			}
 		}
 		for i := range n {
 			name := fmt.Sprintf("ws-%d", i)
 			if err := runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "create", "--home", home, name); err != nil {
-				return nil, daemons, mounts, err
+				return nil, err
 			}
 			mnt := filepath.Join(runDir, "mnt", name)
 			if err := os.MkdirAll(mnt, 0o755); err != nil {
-				return nil, daemons, mounts, err
+				return nil, err
 			}
 			readyFile := filepath.Join(runDir, name+".ready")
 			p, err := startProc(fmt.Sprintf("wsfs daemon %s", name), opts.Exe,
 				[]string{"mount", "--home", home, "--drain", drain, "--ready-file", readyFile, name, mnt}, nil,
 				filepath.Join(logDir, fmt.Sprintf("daemon-%d.log", i)), nil)
 			if err != nil {
-				return nil, daemons, mounts, err
+				return nil, err
 			}
-			daemons, mounts = append(daemons, p), append(mounts, mnt)
+			srv.daemons, srv.mounts = append(srv.daemons, p), append(srv.mounts, mnt)
 			if err := waitReady(p, readyFile, readyTimeout); err != nil {
-				return nil, daemons, mounts, err
+				return nil, err
 			}
-			state := filepath.Join(home, "state", "workspaces", name, "agent", "state.db")
-			setups = append(setups, workspaceSetup{tree: mnt, state: state, daemon: p, mnt: mnt})
+			// The sidecar creates the agent database (agentstate.Ensure)
+			// and replicates it from before the agent's first row.
+			h, err := host.Open(home)
+			if err != nil {
+				return nil, err
+			}
+			paths := agentstate.PathsFor(h, name)
+			replica, err := agentstate.ReplicaURL(h, name, "")
+			if err != nil {
+				return nil, err
+			}
+			sc, err := startSidecar(opts.Exe, home, name, paths, replica, filepath.Join(logDir, fmt.Sprintf("sidecar-%d.log", i)))
+			if sc != nil {
+				srv.sidecars = append(srv.sidecars, sc)
+			}
+			if err != nil {
+				return nil, err
+			}
+			setups = append(setups, workspaceSetup{tree: mnt, state: paths.DB, daemon: p, mnt: mnt, sidecar: sc})
 		}
 	default:
-		return nil, nil, nil, fmt.Errorf("unknown arm %q", arm)
+		return nil, fmt.Errorf("unknown arm %q", arm)
 	}
-	return setups, daemons, mounts, nil
+	return setups, nil
 }
 
 // createLayout builds the dedicated layout for one run under home. The
