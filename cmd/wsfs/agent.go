@@ -27,7 +27,9 @@ func runAgent(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "agent", "", `
 Stub agent of wsfs stress: runs the deterministic workload (write, read back
 and verify, overwrite, rename, delete, walk) in --root, records its progress
-in the SQLite database named by $WSFS_AGENT_STATE, prints "ready", waits for
+in the SQLite database named by $WSFS_AGENT_STATE (opened as agents open it:
+WAL mode, checkpoints left to the replication sidecar, which wsfs stress runs
+in the wsfs arms), prints "ready", waits for
 a line on stdin, runs, and writes its result JSON to --result.
 'wsfs agent neighbour --dir D --bytes N' instead writes buffered data in D
 until terminated.`)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,9 +36,13 @@ filesystem holding --out. Arms:
   wsfs          wsfs mount, default per-entry drain
   wsfs-syncfs   wsfs mount, legacy syncfs drain
 Every arm fsyncs every 50th file. Writes results.json, report.md, bench.txt,
-plot.png and fsync_p99.png into --out (OUT/logs keeps each daemon's log and
-each agent's result with its raw latency samples), and removes each run's
-data after it.
+plot.png and fsync_p99.png into --out (OUT/logs keeps each daemon's and
+sidecar's log and each agent's result with its raw latency samples), and
+removes each run's data after it.
+Each stub agent records its progress in its SQLite agent state database. In
+the wsfs arms a replication sidecar ('wsfs sidecar', Litestream) runs per
+workspace; after the run the harness syncs it, restores the replica and
+compares every row with the original (replica_verified in results.json).
 Exit status 1 if any run failed verification, 3 if a requested arm could not
 run (the others' results are still written).`)
 	profile := fs.String("profile", "small", "workload per workspace: "+strings.Join(stress.ProfileNames, ", ")+" (seed = 8,000 files, ~600 MB)")
@@ -97,6 +103,21 @@ run (the others' results are still written).`)
 	if err != nil {
 		return fmt.Errorf("cannot find the wsfs binary to start agents and daemons from: %w", err)
 	}
+	// Library messages of this process (Litestream's, when the harness
+	// restores each wsfs arm's agent state replica) go to a log file, not
+	// into the live display on stderr.
+	logDir := filepath.Join(*out, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(logDir, "harness.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("harness log: %w", err)
+	}
+	defer logf.Close()
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(logf, nil)))
+	defer slog.SetDefault(prev)
 	opts := stress.Options{
 		Exe: exe, Profile: p, Workspaces: ws, Arms: armList, Neighbours: nbs, NeighbourBytes: nb,
 		Repeat: *repeat, Seed: *seed, Out: *out, Layout: *layout, Keep: *keep,
@@ -127,7 +148,7 @@ func unavailableArms() map[string]string {
 		un[stress.ArmLoopback] = fuseWhy
 	}
 	var missing []string
-	for _, c := range []string{"init", "create", "mount"} {
+	for _, c := range []string{"init", "create", "mount", "sidecar"} {
 		if _, ok := commands[c]; !ok {
 			missing = append(missing, "wsfs "+c)
 		}

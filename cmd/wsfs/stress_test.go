@@ -63,6 +63,11 @@ func TestStressSmoke(t *testing.T) {
 			Workspaces int     `json:"workspaces"`
 			Verified   bool    `json:"verified"`
 			MedianWall float64 `json:"median_wall_s"`
+			// The wsfs arms replicate each agent state database with a
+			// sidecar and verify the restored replica row for row.
+			Replicated      bool    `json:"replicated"`
+			ReplicaVerified bool    `json:"replica_verified"`
+			ReplicaSyncMax  float64 `json:"replica_sync_max_ms"`
 		} `json:"summary"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
@@ -75,10 +80,21 @@ func TestStressSmoke(t *testing.T) {
 		if !r.Verified || r.MedianWall <= 0 || !slices.Contains(arms, r.Arm) {
 			t.Errorf("row %+v: want a verified run of a requested arm", r)
 		}
+		wsfsArm := r.Arm == stress.ArmWsfs || r.Arm == stress.ArmWsfsSyncfs
+		if wsfsArm && (!r.Replicated || !r.ReplicaVerified || r.ReplicaSyncMax <= 0) {
+			t.Errorf("row %+v: want the agent state replicated, restored and verified, with a sync-and-wait latency", r)
+		}
+		if !wsfsArm && (r.Replicated || r.ReplicaVerified) {
+			t.Errorf("row %+v: an arm without a sidecar reports replication", r)
+		}
 	}
 	png, err := os.ReadFile(filepath.Join(out, "plot.png"))
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Fatalf("plot.png is not a PNG: %v", err)
+	}
+	// Sidecar logs are files under logs/ (never pipes).
+	if logs, _ := filepath.Glob(filepath.Join(out, "logs", "*-wsfs-ws1-*", "sidecar-0.log")); slices.Contains(arms, stress.ArmWsfs) && len(logs) != 1 {
+		t.Errorf("sidecar logs %v: want one file for the wsfs arm at 1 workspace", logs)
 	}
 	// Each run's data is removed after it; only logs remain.
 	if ents, err := os.ReadDir(filepath.Join(out, "runs")); err != nil || len(ents) != 0 {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"wsfs/internal/agentstate"
 )
 
 // The agent process protocol, over the agent's stdin and stdout:
@@ -34,8 +36,8 @@ const (
 )
 
 // AgentEnvState is the environment variable naming the agent's state
-// database.
-const AgentEnvState = "WSFS_AGENT_STATE"
+// database: the one a wsfs host gives its agents.
+const AgentEnvState = agentstate.EnvVar
 
 // RunAgentProcess is the body of `wsfs agent`: prepare, announce readiness,
 // wait for the start line, run the workload, write the result JSON.
