@@ -492,7 +492,16 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) (st fuse.Status)
 	if of == nil {
 		return fuse.EBADF
 	}
-	return r.status("flush", of.h.Flush())
+	if err := of.h.Flush(); err != nil {
+		return r.status("flush", err)
+	}
+	if of.mode == ioCached {
+		// close(2) returns after this reply but the kernel sends RELEASE
+		// later: record the stamp now, so an open right after the close
+		// keeps the page cache (see releaseIO).
+		r.stampCache(of.ino)
+	}
+	return fuse.OK
 }
 
 func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {

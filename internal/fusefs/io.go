@@ -211,6 +211,26 @@ func (r *rawFS) releaseIO(of *openFile) {
 	r.maybeDrop(of.ino, st)
 }
 
+// stampCache records ino's current attributes as those its page cache
+// matches, for a cached handle that has just been flushed: every write it
+// made went through the kernel's page cache (and FLUSH comes after the
+// kernel wrote back any dirty mmap pages), so the cache matches them,
+// exactly as at RELEASE.
+func (r *rawFS) stampCache(ino workspace.Ino) {
+	a, err := r.ws.GetAttr(ino)
+	r.ioMu.Lock()
+	defer r.ioMu.Unlock()
+	st := r.ioMu.inodes[ino]
+	if st == nil {
+		return
+	}
+	if err != nil {
+		st.haveStamp = false
+		return
+	}
+	st.stamp, st.haveStamp = cacheStamp{size: a.Size, mtime: a.Mtime}, true
+}
+
 // forgetStamp drops the keep-cache stamp of an inode the kernel forgets:
 // once evicted its page cache is gone anyway, and an inode kept (partial
 // forget) only pays one extra cache invalidation at its next open.
