@@ -62,6 +62,14 @@ func TestCompareProgress(t *testing.T) {
 // TestReplicaRoundTrip replicates a progress table with a real sidecar
 // (in-process agentstate.Start, the code `wsfs sidecar` runs), syncs,
 // restores and compares: the path the wsfs arms take after every run.
+//
+// Known failure, not in this package: with agentstate as of this writing,
+// Start's own start-up snapshot races Litestream's snapshot-level
+// compaction monitor, which also fires at Store.Open; both write the
+// level-9 TXID-1 file through the file replica's fixed NAME.ltx.tmp, and
+// now and then the interleaved file fails the restore with "file checksum
+// mismatch" (about 1 in 10 under -race here). Such a failure is that bug,
+// and the harness reports it the same way (replica NOT verified).
 func TestReplicaRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "agent", "state.db")
@@ -118,5 +126,18 @@ func TestSummarizeReplica(t *testing.T) {
 	native := Summarize([]*RunResult{fakeRun(ArmNative, 1, 0, 1, 1)})[0]
 	if !native.Verified || native.Replicated || native.ReplicaVerified || replicaCell(native) != "-" {
 		t.Errorf("native row: %+v, want verified, not replicated", native)
+	}
+}
+
+func TestSidecarSocketTooLong(t *testing.T) {
+	opts := Options{Out: "/s", Workspaces: []int{1, 21}, Arms: AllArms, Neighbours: []int{0}, Repeat: 1}
+	if why := sidecarSocketTooLong(opts); why != "" {
+		t.Errorf("short --out: %s", why)
+	}
+	opts.Out = "/" + strings.Repeat("d", 80)
+	why := sidecarSocketTooLong(opts)
+	// runs/10 (5 arms x 2 counts) and ws-20 are the longest names.
+	if !strings.Contains(why, "/runs/10/home/state/workspaces/ws-20/agent/sidecar.sock") || !strings.Contains(why, "shorter") {
+		t.Errorf("long --out: %q, want the longest socket path and the fix", why)
 	}
 }
