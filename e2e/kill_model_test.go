@@ -142,6 +142,22 @@ func writeFileAt(dirfd int, rel string, flags int, mode uint32, data []byte, off
 	return err
 }
 
+// bigFile is the size from which a create is "big": past the engine's
+// default spill size (4 MiB), so its content goes through a staging file.
+// The generator keeps at most one big file per round, as every round's
+// check hashes every earlier round again.
+const bigFile = 4<<20 + 1
+
+// hasBig reports whether the model holds a file of at least bigFile bytes.
+func (m *kmodel) hasBig() bool {
+	for _, n := range m.nodes {
+		if n.kind == 'f' && len(n.file.data) >= bigFile {
+			return true
+		}
+	}
+	return false
+}
+
 // kfile is a regular file's inode; hard links share it.
 type kfile struct {
 	data []byte
@@ -347,8 +363,11 @@ func (g *killGen) next() killOp {
 		op.kind, op.path = "create", newName()
 		op.mode = []uint32{0o644, 0o600, 0o755}[r.Intn(3)]
 		size := r.Intn(8 << 10)
-		if r.Intn(10) == 0 {
+		switch x := r.Intn(100); {
+		case x < 10:
 			size = 60<<10 + r.Intn(100<<10) // around and past the inline limit
+		case x == 10 && !m.hasBig():
+			size = bigFile + r.Intn(1<<20) // past the spill size: a staging file
 		}
 		op.data = randData(r, size)
 		op.fsync = op.path

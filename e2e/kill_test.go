@@ -56,7 +56,7 @@ func TestKill(t *testing.T) {
 			rounds = max(3, rounds/3) // the variants add coverage, the default mount the count
 		}
 		var prev tree // earlier rounds, as checked
-		violations, totalOps, totalAcked, finishedEarly := 0, 0, 0, 0
+		violations, totalOps, totalAcked, finishedEarly, bigCreates := 0, 0, 0, 0, 0
 		var spans []int // k - acked per round
 		for round := range rounds {
 			dir := fmt.Sprintf("r%03d", round)
@@ -93,6 +93,11 @@ func TestKill(t *testing.T) {
 				problems = append(problems, others...)
 			}
 			totalOps += j.started
+			for _, op := range j.ops {
+				if op.kind == "create" && len(op.data) >= bigFile {
+					bigCreates++
+				}
+			}
 			totalAcked += j.acked
 			if len(problems) > 0 {
 				violations++
@@ -117,8 +122,8 @@ func TestKill(t *testing.T) {
 		if finishedEarly > 0 {
 			t.Errorf("%d of %d rounds ran all %d ops before the kill: raise maxKillOps", finishedEarly, rounds, maxKillOps)
 		}
-		t.Logf("ops started: %d, covered by an acknowledged fsync: %d; recovered prefix beyond the last acknowledged op, per round: %v",
-			totalOps, totalAcked, spans)
+		t.Logf("ops started: %d (%d creates of more than 4 MiB), covered by an acknowledged fsync: %d; recovered prefix beyond the last acknowledged op, per round: %v",
+			totalOps, bigCreates, totalAcked, spans)
 	}
 	forEachTarget(t, mountOpts{}, run)
 	forEachVariant(t, run)
