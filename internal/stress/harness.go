@@ -307,8 +307,7 @@ func hostInfo() HostInfo {
 type workspaceSetup struct {
 	tree, state string
 	daemon      *proc
-	mnt         string      // "" for native arms
-	sidecar     *sidecarFor // replication sidecar (wsfs arms), nil otherwise
+	mnt         string // "" for native arms
 }
 
 // servers are the long-running children of one run besides the agents, as
@@ -661,7 +660,7 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string, srv 
 			if err != nil {
 				return nil, err
 			}
-			setups = append(setups, workspaceSetup{tree: mnt, state: paths.DB, daemon: p, mnt: mnt, sidecar: sc})
+			setups = append(setups, workspaceSetup{tree: mnt, state: paths.DB, daemon: p, mnt: mnt})
 		}
 	default:
 		return nil, fmt.Errorf("unknown arm %q", arm)
