@@ -21,6 +21,8 @@
 //   - TestKill: a workload runs, the daemon is SIGKILLed at a random moment,
 //     the workspace is mounted again and must be a prefix of the workload at
 //     or after its last acknowledged fsync.
+//   - TestKillConcurrent: the same with three workers at once; a returned
+//     fsync bounds every worker's recovered prefix from below.
 //   - TestKillCheckerDetects: the kill test's checker rejects a torn
 //     fsynced file, a lost create and an entry no op made.
 //   - TestRemount: a clean unmount and a new mount give the same tree, byte

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,7 +38,8 @@ const (
 // --passthrough variants a third of that each.
 //
 // Each round works in its own directory of one workspace, so every round
-// also recovers all the earlier rounds' crashes. The native target runs the
+// also recovers all the earlier rounds' crashes (the workload runs in the
+// round's subdirectory w0, see TestKillConcurrent). The native target runs the
 // same rounds with the workload stopped instead of killed, which checks the
 // model and the checker. Prints "kill rounds: N, violations: V".
 func TestKill(t *testing.T) {
@@ -46,157 +48,227 @@ func TestKill(t *testing.T) {
 		rounds = 6
 	}
 	run := func(t *testing.T, tg *target) {
-		seed := testSeed(t)
-		r := rand.New(rand.NewSource(seed))
-		rounds := rounds
+		n := rounds
 		switch {
 		case tg.kind == kindNative:
-			rounds = min(rounds, 6) // the native run checks the model, not a filesystem
+			n = min(rounds, 6) // the native run checks the model, not a filesystem
 		case tg.variant != "":
-			rounds = max(3, rounds/3) // the variants add coverage, the default mount the count
+			n = max(3, rounds/3) // the variants add coverage, the default mount the count
 		}
-		var prev tree // earlier rounds, as checked
-		violations, totalOps, totalAcked, finishedEarly, bigCreates := 0, 0, 0, 0, 0
-		var spans []int // k - acked per round
-		for round := range rounds {
-			dir := fmt.Sprintf("r%03d", round)
-			if err := os.Mkdir(filepath.Join(tg.root, dir), 0o755); err != nil {
-				t.Fatalf("round %d: mkdir %s: %v", round, dir, err)
-			}
-			if err := fsyncAt(unix.AT_FDCWD, tg.root); err != nil {
-				t.Fatalf("round %d: fsync of the mount root: %v", round, err)
-			}
-			rseed := seed + int64(round)
-			delay := killMinDelay + time.Duration(r.Int63n(int64(killMaxDelay-killMinDelay)))
-			j := startKillWorkload(t, filepath.Join(tg.root, dir), rseed, tg.kind == kindNative, maxKillOps)
-			time.Sleep(delay)
-			j.killed.Store(true)
-			if tg.kind == kindWsfs {
-				tg.stop(true)
-			}
-			if err := j.wait(workloadTimeout); err != nil {
-				t.Fatalf("round %d (seed %d): %v", round, rseed, err)
-			}
-			if j.failedEarly != nil {
-				t.Fatalf("round %d (seed %d): the workload failed before the kill: %v", round, rseed, j.failedEarly)
-			}
-			if tg.kind == kindWsfs && j.ended == nil {
-				finishedEarly++ // ran out of ops before the kill: no crash mid-workload
-			}
-			if tg.kind == kindWsfs {
-				tg.mnt.mountpoint = ""
-				tg.root, tg.stop = mountWorkspace(t, tg.mnt)
-			}
-
-			k, problems := checkKillRound(filepath.Join(tg.root, dir), j)
-			if others := checkEarlierRounds(tg.root, dir, prev); len(others) > 0 {
-				problems = append(problems, others...)
-			}
-			totalOps += j.started
-			for _, op := range j.ops {
-				if op.kind == "create" && len(op.data) >= bigFile {
-					bigCreates++
-				}
-			}
-			totalAcked += j.acked
-			if len(problems) > 0 {
-				violations++
-				t.Errorf("round %d (seed %d, kill after %v, %d ops started, fsync acknowledged through op %d):\n  %s\n(replay: go test ./e2e -run 'TestKill/%s' -args -e2e.seed=%d)",
-					round, rseed, delay, j.started, j.acked-1, strings.Join(problems, "\n  "), tg.kind, seed)
-			} else {
-				spans = append(spans, k-j.acked)
-			}
-			var err error
-			if prev, err = snapshot(tg.root, snapOpts{dirLink: true}); err != nil {
-				t.Fatalf("round %d: snapshot after the check: %v", round, err)
-			}
-		}
-
-		// A clean unmount and mount keep what the rounds recovered.
-		tg.remount(t)
-		if others := checkEarlierRounds(tg.root, "", prev); len(others) > 0 {
-			violations++
-			t.Errorf("after the last round and a clean remount:\n  %s", strings.Join(others, "\n  "))
-		}
-		t.Logf("kill rounds: %d, violations: %d", rounds, violations)
-		if finishedEarly > 0 {
-			t.Errorf("%d of %d rounds ran all %d ops before the kill: raise maxKillOps", finishedEarly, rounds, maxKillOps)
-		}
-		t.Logf("ops started: %d (%d creates of more than 4 MiB), covered by an acknowledged fsync: %d; recovered prefix beyond the last acknowledged op, per round: %v",
-			totalOps, bigCreates, totalAcked, spans)
+		runKillRounds(t, tg, n, 1)
 	}
 	forEachTarget(t, mountOpts{}, run)
 	forEachVariant(t, run)
 }
 
-// killJournal is what the workload records, in the test process (outside
+// TestKillConcurrent is TestKill with three workers, each in its own
+// directory with its own op list, running at once. A returned fsync bounds
+// every worker: each op any worker had completed before the fsync began
+// must survive. So each worker's directory must be a prefix of its ops
+// between that bound and its last op started.
+func TestKillConcurrent(t *testing.T) {
+	rounds := 10
+	if testing.Short() {
+		rounds = 3
+	}
+	forEachTarget(t, mountOpts{}, func(t *testing.T, tg *target) {
+		runKillRounds(t, tg, rounds, 3)
+	})
+}
+
+// runKillRounds runs rounds kill rounds of the given number of workers on
+// tg; see TestKill.
+func runKillRounds(t *testing.T, tg *target, rounds, workers int) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewSource(seed))
+	var prev tree // earlier rounds, as checked
+	violations, totalOps, totalAcked, finishedEarly, bigCreates := 0, 0, 0, 0, 0
+	var spans []int // k - acked per round and worker
+	for round := range rounds {
+		dir := fmt.Sprintf("r%03d", round)
+		for w := range workers {
+			if err := os.MkdirAll(filepath.Join(tg.root, dir, fmt.Sprintf("w%d", w)), 0o755); err != nil {
+				t.Fatalf("round %d: mkdir: %v", round, err)
+			}
+		}
+		if err := fsyncAt(unix.AT_FDCWD, tg.root); err != nil { // covers the mkdirs too
+			t.Fatalf("round %d: fsync of the mount root: %v", round, err)
+		}
+		rseed := seed + int64(round)*int64(workers)
+		delay := killMinDelay + time.Duration(r.Int63n(int64(killMaxDelay-killMinDelay)))
+		ws := startKillWorkers(t, filepath.Join(tg.root, dir), rseed, workers, tg.kind == kindNative, maxKillOps)
+		time.Sleep(delay)
+		ws.killed.Store(true)
+		if tg.kind == kindWsfs {
+			tg.stop(true)
+		}
+		if err := ws.wait(workloadTimeout); err != nil {
+			t.Fatalf("round %d (seed %d): %v", round, rseed, err)
+		}
+		for w, j := range ws.js {
+			if j.failedEarly != nil {
+				t.Fatalf("round %d (seed %d) worker %d: the workload failed before the kill: %v", round, rseed, w, j.failedEarly)
+			}
+			if tg.kind == kindWsfs && j.ended == nil {
+				finishedEarly++ // ran out of ops before the kill: no crash mid-workload
+			}
+		}
+		if tg.kind == kindWsfs {
+			tg.mnt.mountpoint = ""
+			tg.root, tg.stop = mountWorkspace(t, tg.mnt)
+		}
+
+		var problems []string
+		var desc []string
+		for w, j := range ws.js {
+			k, p := checkKillRound(filepath.Join(tg.root, dir, fmt.Sprintf("w%d", w)), j)
+			for _, x := range p {
+				problems = append(problems, fmt.Sprintf("worker %d: %s", w, x))
+			}
+			if len(p) == 0 {
+				spans = append(spans, k-j.acked)
+			}
+			totalOps += j.started
+			totalAcked += j.acked
+			for _, op := range j.ops {
+				if op.kind == "create" && len(op.data) >= bigFile {
+					bigCreates++
+				}
+			}
+			desc = append(desc, fmt.Sprintf("worker %d: %d ops started, durable at least through op %d", w, j.started, j.acked-1))
+		}
+		problems = append(problems, checkEarlierRounds(tg.root, dir, prev)...)
+		if len(problems) > 0 {
+			violations++
+			t.Errorf("round %d (seed %d, kill after %v; %s):\n  %s\n(replay: go test ./e2e -run '%s' -args -e2e.seed=%d)",
+				round, rseed, delay, strings.Join(desc, "; "), strings.Join(problems, "\n  "), t.Name(), seed)
+		}
+		var err error
+		if prev, err = snapshot(tg.root, snapOpts{dirLink: true}); err != nil {
+			t.Fatalf("round %d: snapshot after the check: %v", round, err)
+		}
+	}
+
+	// A clean unmount and mount keep what the rounds recovered.
+	tg.remount(t)
+	if others := checkEarlierRounds(tg.root, "", prev); len(others) > 0 {
+		violations++
+		t.Errorf("after the last round and a clean remount:\n  %s", strings.Join(others, "\n  "))
+	}
+	t.Logf("kill rounds: %d, violations: %d", rounds, violations)
+	if finishedEarly > 0 {
+		t.Errorf("%d workers of %d rounds ran all %d ops before the kill: raise maxKillOps", finishedEarly, rounds, maxKillOps)
+	}
+	t.Logf("workers: %d; ops started: %d (%d creates of more than 4 MiB), known durable by a returned fsync: %d; recovered prefix beyond that, per round and worker: %v",
+		workers, totalOps, bigCreates, totalAcked, spans)
+}
+
+// killJournal is what one worker records, in the test process (outside
 // the mount), about its progress.
 type killJournal struct {
-	killed      atomic.Bool // set just before the daemon is killed
-	done        chan struct{}
-	ops         []killOp // every op started; written by the workload only until done
+	ops         []killOp // every op started; written by the worker only
 	started     int      // ops begun (ops[:started])
-	acked       int      // ops[:acked] are covered by a returned fsync
-	ended       error    // the error that ended the workload after the kill
+	acked       int      // ops[:acked] are durable by a returned fsync (killWorkers.mu)
+	ended       error    // the error that ended the worker after the kill
 	failedEarly error    // an op failed while the daemon was alive
 }
 
-// startKillWorkload runs the ops of seed in dir, in a goroutine, until one
-// fails (on a mount: the daemon was killed, so the next op fails as it
-// would for an agent) or, with stopOnKill (native: nothing to kill),
-// until killed is set.
-func startKillWorkload(t *testing.T, dir string, seed int64, stopOnKill bool, limit int) *killJournal {
-	t.Helper()
-	dirfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("open round directory %s: %v", dir, err)
-	}
-	j := &killJournal{done: make(chan struct{})}
-	g := newKillGen(seed)
-	go func() {
-		defer close(j.done)
-		defer unix.Close(dirfd)
-		defer func() {
-			// A panic here would end the test process without its
-			// cleanups (and leave the mount behind): report it instead.
-			if p := recover(); p != nil {
-				j.failedEarly = fmt.Errorf("workload panic at op %d: %v", j.started, p)
-			}
-		}()
-		for j.started < limit {
-			if stopOnKill && j.killed.Load() {
-				return
-			}
-			op := g.next()
-			j.ops = append(j.ops, op)
-			j.started++
-			err := op.exec(dirfd)
-			if err == nil && op.fsync != "" {
-				if err = fsyncAt(dirfd, op.fsync); err == nil {
-					j.acked = op.i + 1
-				}
-			}
-			if err != nil {
-				if j.killed.Load() {
-					j.ended = fmt.Errorf("%v: %w", op, err)
-				} else {
-					j.failedEarly = fmt.Errorf("%v: %w", op, err)
-				}
-				return
-			}
-		}
-	}()
-	return j
+// killWorkers are the workers of one round.
+type killWorkers struct {
+	killed    atomic.Bool // set just before the daemon is killed
+	js        []*killJournal
+	completed []atomic.Int64 // per worker: ops whose system calls returned
+	done      chan struct{}  // one value per worker that ended
+	mu        sync.Mutex     // guards every journal's acked while running
 }
 
-// wait waits for the workload to end, bounded.
-func (j *killJournal) wait(timeout time.Duration) error {
-	select {
-	case <-j.done:
-		return nil
-	case <-time.After(timeout):
-		return fmt.Errorf("the workload did not stop within %v of the kill (a system call hangs on the dead mount)", timeout)
+// raise records that a returned fsync made durable, for each worker v,
+// the first upto[v] ops.
+func (ws *killWorkers) raise(upto []int64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for v, n := range upto {
+		ws.js[v].acked = max(ws.js[v].acked, int(n))
 	}
+}
+
+// startKillWorkers runs n workers, worker w doing the ops of seed+w in
+// dir/w<w>, each until an op fails (on a mount: the daemon was killed, so
+// the next op fails as it would for an agent) or, with stopOnKill (native:
+// nothing to kill), until killed is set.
+func startKillWorkers(t *testing.T, dir string, seed int64, n int, stopOnKill bool, limit int) *killWorkers {
+	t.Helper()
+	ws := &killWorkers{completed: make([]atomic.Int64, n), done: make(chan struct{}, n)}
+	for range n {
+		ws.js = append(ws.js, &killJournal{})
+	}
+	for w := range n {
+		d := filepath.Join(dir, fmt.Sprintf("w%d", w))
+		dirfd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatalf("open worker directory %s: %v", d, err)
+		}
+		go ws.work(w, dirfd, newKillGen(seed+int64(w)), stopOnKill, limit)
+	}
+	return ws
+}
+
+// work is worker w's loop; see startKillWorkers.
+func (ws *killWorkers) work(w, dirfd int, g *killGen, stopOnKill bool, limit int) {
+	j := ws.js[w]
+	defer func() { ws.done <- struct{}{} }()
+	defer unix.Close(dirfd)
+	defer func() {
+		// A panic here would end the test process without its
+		// cleanups (and leave the mount behind): report it instead.
+		if p := recover(); p != nil {
+			j.failedEarly = fmt.Errorf("worker %d panic at op %d: %v", w, j.started, p)
+		}
+	}()
+	for j.started < limit {
+		if stopOnKill && ws.killed.Load() {
+			return
+		}
+		op := g.next()
+		j.ops = append(j.ops, op)
+		j.started++
+		err := op.exec(dirfd)
+		if err == nil {
+			ws.completed[w].Store(int64(op.i + 1))
+			if op.fsync != "" {
+				// Every op completed before the fsync begins must be
+				// durable when it returns, whichever worker did it.
+				upto := make([]int64, len(ws.completed))
+				for v := range upto {
+					upto[v] = ws.completed[v].Load()
+				}
+				if err = fsyncAt(dirfd, op.fsync); err == nil {
+					ws.raise(upto)
+				}
+			}
+		}
+		if err != nil {
+			if ws.killed.Load() {
+				j.ended = fmt.Errorf("%v: %w", op, err)
+			} else {
+				j.failedEarly = fmt.Errorf("%v: %w", op, err)
+			}
+			return
+		}
+	}
+}
+
+// wait waits for every worker to end, bounded.
+func (ws *killWorkers) wait(timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for range ws.js {
+		select {
+		case <-ws.done:
+		case <-deadline:
+			return fmt.Errorf("the workload did not stop within %v of the kill (a system call hangs on the dead mount)", timeout)
+		}
+	}
+	return nil
 }
 
 // checkKillRound compares the recovered round directory with the model
@@ -316,11 +388,15 @@ func TestKillCheckerDetects(t *testing.T) {
 	const ops = 300
 	run := func(t *testing.T) (string, *killJournal) {
 		dir := t.TempDir()
-		j := startKillWorkload(t, dir, 42, true, ops)
-		if err := j.wait(workloadTimeout); err != nil || j.failedEarly != nil || j.started != ops {
+		if err := os.Mkdir(filepath.Join(dir, "w0"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ws := startKillWorkers(t, dir, 42, 1, true, ops)
+		j := ws.js[0]
+		if err := ws.wait(workloadTimeout); err != nil || j.failedEarly != nil || j.started != ops {
 			t.Fatalf("native workload: wait %v, failed %v, %d ops started", err, j.failedEarly, j.started)
 		}
-		return dir, j
+		return filepath.Join(dir, "w0"), j
 	}
 	t.Run("untouched", func(t *testing.T) {
 		dir, j := run(t)
