@@ -69,6 +69,9 @@ func TestToolsGit(t *testing.T) {
 		}
 		timed(t, "git init+add+commit", func() {
 			git("init", "-q", "-b", "main")
+			// No automatic (detached, background) gc: a process left in
+			// the mount would keep it busy at unmount. gc runs explicitly.
+			git("config", "gc.auto", "0")
 			git("add", "-A")
 			git("commit", "-q", "-m", "first")
 		})
