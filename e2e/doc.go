@@ -34,8 +34,8 @@
 //     point, an unknown workspace; the serving daemon is unharmed.
 //
 // TestDifferential and TestKill also run on the mount variants
-// --writeback and --passthrough (subtests wsfs-writeback,
-// wsfs-passthrough).
+// --writeback, --passthrough and --drain syncfs (subtests wsfs-writeback,
+// wsfs-passthrough, wsfs-syncfs).
 //
 // Run: go test -race ./e2e (as root, with /dev/fuse); -short runs fewer kill
 // rounds and smaller trees.

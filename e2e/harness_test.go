@@ -59,15 +59,17 @@ func forEachTarget(t *testing.T, opts mountOpts, fn func(t *testing.T, tg *targe
 	})
 }
 
-// mountVariants are the daemon options the differential test also runs
-// under (each a subtest "wsfs-<name>"): the kernel writeback cache, and
-// FUSE passthrough of whole-object reads.
+// mountVariants are the daemon options the differential and kill tests
+// also run under (each a subtest "wsfs-<name>"): the kernel writeback
+// cache, FUSE passthrough of whole-object reads, and the legacy syncfs
+// drain.
 var mountVariants = []struct {
 	name string
 	args []string
 }{
 	{"writeback", []string{"--writeback"}},
 	{"passthrough", []string{"--passthrough"}},
+	{"syncfs", []string{"--drain", "syncfs"}},
 }
 
 // forEachVariant runs fn as subtest "wsfs-<variant>" for each of

@@ -34,8 +34,8 @@ const (
 //     its content;
 //   - the directories of all earlier rounds are unchanged.
 //
-// The default mount runs 30 rounds (-short: 6); the --writeback and
-// --passthrough variants a third of that each.
+// The default mount runs 30 rounds (-short: 6); each variant of
+// mountVariants a third of that.
 //
 // Each round works in its own directory of one workspace, so every round
 // also recovers all the earlier rounds' crashes (the workload runs in the
