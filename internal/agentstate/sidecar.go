@@ -188,10 +188,48 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	store := litestream.NewStore([]*litestream.DB{db}, levels)
 	store.Logger = log
 	store.SetShutdownSyncTimeout(opts.ShutdownSyncTimeout)
-	if err := store.Open(ctx); err != nil {
+
+	// Catch up, then upload a full snapshot taken from the database itself.
+	// A latest-state restore starts from the newest snapshot, so it never
+	// depends on the incremental files Litestream writes while reconciling
+	// the WAL after a crash or a checkpoint it did not see; in wsfs's tests
+	// (Litestream v0.5.18) those lost a page now and then after a sidecar
+	// was killed and the application checkpointed before the restart
+	// (upstream: benbjohnson/litestream#1164, #1198). Agent state databases
+	// are small; the snapshot is cheap.
+	//
+	// The snapshot is taken with the database open but before the store
+	// is: Store.Open starts the snapshot monitor (on a 1 ns timer, then
+	// once per SnapshotInterval), which writes the same file, level 9 TXIDs
+	// 1..N, whenever the replica's newest snapshot predates the last
+	// interval boundary, as on a fresh replica. The file replica client
+	// writes every file through the fixed temporary name FILE.tmp
+	// (O_TRUNC, no lock), so two concurrent writers of one snapshot
+	// interleave their bytes and leave a snapshot that fails its file
+	// checksum; every latest-state restore then fails until the monitor's
+	// next snapshot, at the next SnapshotInterval boundary (24 h). That
+	// happened in about one start in ten under -race (see
+	// TestStartupSnapshotRoundTrips). Here no monitor runs yet, so ours is
+	// the only snapshot writer; once the monitor runs, it finds ours (via
+	// DB.MaxLTXFileInfo, which Snapshot updates) newer than the last
+	// boundary and skips, or, if a boundary passed meanwhile, writes its
+	// own after ours has finished. The monitor is a single goroutine, so
+	// from then on snapshots never overlap. DB.Open is idempotent
+	// (v0.5.18: "already open"), so Store.Open's own call leaves the
+	// database as opened here.
+	if err := db.Open(); err != nil {
 		return fail(fmt.Errorf("start replication of %s: %w", opts.DBPath, err))
 	}
-	s.db, s.store = db, store
+	s.db = db
+	if err := s.snapshot(ctx); err != nil {
+		s.setErr(err)
+		log.Error("start-up snapshot failed; the store's snapshot monitor takes one, and the next start retries", "err", err)
+	}
+	if err := store.Open(ctx); err != nil {
+		db.Close(context.Background())
+		return fail(fmt.Errorf("start replication of %s: %w", opts.DBPath, err))
+	}
+	s.store = store
 
 	if opts.SocketPath != "" {
 		if len(opts.SocketPath) >= 108 {
@@ -209,19 +247,6 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 			return fail(fmt.Errorf("listen on %s: %w", opts.SocketPath, err))
 		}
 		s.ln = ln
-	}
-
-	// Catch up, then upload a full snapshot taken from the database itself.
-	// A latest-state restore starts from the newest snapshot, so it never
-	// depends on the incremental files Litestream writes while reconciling
-	// the WAL after a crash or a checkpoint it did not see; in wsfs's tests
-	// (Litestream v0.5.18) those lost a page now and then after a sidecar
-	// was killed and the application checkpointed before the restart
-	// (upstream: benbjohnson/litestream#1164, #1198). Agent state databases
-	// are small; the snapshot is cheap.
-	if err := s.snapshot(ctx); err != nil {
-		s.setErr(err)
-		log.Error("start-up snapshot failed; replicating incrementally and retrying at the next start", "err", err)
 	}
 
 	bg, cancel := context.WithCancel(context.Background())
