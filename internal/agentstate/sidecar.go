@@ -170,15 +170,11 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		return nil, err
 	}
 	db := litestream.NewDB(opts.DBPath)
-	db.Logger = log.With("db", filepath.Base(opts.DBPath))
 	db.MonitorInterval = opts.SyncInterval
 	db.ShutdownSyncTimeout = opts.ShutdownSyncTimeout
 	r := litestream.NewReplicaWithClient(db, client)
 	r.SyncInterval = opts.SyncInterval
 	db.Replica = r
-	if fc, ok := client.(interface{ SetLogger(*slog.Logger) }); ok {
-		fc.SetLogger(log)
-	}
 	levels := litestream.CompactionLevels{
 		{Level: 0},
 		{Level: 1, Interval: 30 * time.Second},
@@ -186,7 +182,11 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		{Level: 3, Interval: time.Hour},
 	}
 	store := litestream.NewStore([]*litestream.DB{db}, levels)
+	// NewStore gives its databases (and through them the replica clients)
+	// a logger derived from slog.Default(); set ours afterwards so that
+	// Litestream's messages reach Options.Logger with the workspace name.
 	store.Logger = log
+	db.SetLogger(log.With("db", filepath.Base(opts.DBPath)))
 	store.SetShutdownSyncTimeout(opts.ShutdownSyncTimeout)
 
 	// Catch up, then upload a full snapshot taken from the database itself.
