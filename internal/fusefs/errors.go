@@ -17,9 +17,19 @@ import (
 // caller never gets success for an operation that failed. EIO is always
 // logged too, because the errno alone hides the cause (a failed sync, a
 // corrupt object).
+//
+// A full disk or quota wins over the EIO that a failed commit also carries
+// (commit.FailedError and DrainError unwrap to EIO and their cause): the
+// writer learns that space ran out, which is what to fix.
 func (r *rawFS) status(op string, err error) fuse.Status {
 	if err == nil {
 		return fuse.OK
+	}
+	for _, space := range [...]syscall.Errno{syscall.ENOSPC, syscall.EDQUOT} {
+		if errors.Is(err, space) {
+			r.log.Error("out of space", "op", op, "err", err)
+			return fuse.Status(space)
+		}
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {

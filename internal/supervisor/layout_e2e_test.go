@@ -181,12 +181,11 @@ func TestFullStateFilesystem(t *testing.T) {
 		t.Fatal("40000 files fit in a 16 MiB state filesystem: the workload did not fill it")
 	}
 	t.Logf("writer stopped after %d durable files: %v", len(durable), failure)
-	// The issue asks for ENOSPC. Today the committer fails the workspace
-	// for good when a log append hits ENOSPC and fsync waiters get EIO (the
-	// contract's answer to any failed commit). Accept both; tighten to
-	// ENOSPC once the commit path maps it.
-	if !errors.Is(failure, syscall.ENOSPC) && !errors.Is(failure, syscall.EIO) {
-		t.Errorf("writer got %v, want ENOSPC (or EIO)", failure)
+	// A log append that hits ENOSPC fails the workspace for good (its
+	// commits stop until a remount); the FUSE error table reports the
+	// cause, ENOSPC, not the generic EIO of a failed commit.
+	if !errors.Is(failure, syscall.ENOSPC) {
+		t.Errorf("writer got %v, want ENOSPC", failure)
 	}
 	stopUp(ctx, t, u) // the daemon may fail its final commit: the disk is full
 
