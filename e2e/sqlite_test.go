@@ -33,9 +33,9 @@ func TestToolsSQLite(t *testing.T) {
 	ntx := 3000
 	if raceEnabled {
 		// modernc's SQLite under the race detector, against a -race
-		// daemon, runs ~25x slower: 1000 transactions keep the test
-		// near a minute and still pass the WAL autocheckpoint size.
-		ntx = 1000
+		// daemon, runs 10-25x slower: 600 transactions (40-130 s here)
+		// still take the WAL past its autocheckpoint size (~300).
+		ntx = 600
 	}
 	if testing.Short() {
 		ntx = 500
