@@ -39,7 +39,7 @@
 //
 // Run: go test -race -timeout 30m ./e2e (as root, with /dev/fuse). The
 // daemon is built with -race too, and a data race it reports fails the
-// test. On a busy 2-core host the package takes ~1.5 min, ~9 min under
+// test. On a busy 2-core host the package takes ~2.5 min, ~9 min under
 // -race (the default 10 min timeout is too tight there); -short runs fewer
 // kill rounds, smaller trees and no 5 GiB file (~40 s).
 package e2e
