@@ -157,7 +157,8 @@ first); fsync returns once everything before it is durable.`)
 	if m != nil {
 		m.WatchEngine(func() metrics.EngineStats {
 			s := ws.Stats()
-			return metrics.EngineStats{Pending: s.Pending, LastGroup: s.CommittedGroup, Inodes: s.Inodes}
+			return metrics.EngineStats{Pending: s.Pending, LastGroup: s.CommittedGroup, Inodes: s.Inodes,
+				BytesInline: s.BytesInline, BytesPooled: s.BytesPooled, BytesDeduped: s.BytesDeduped}
 		})
 		if ms, err = m.Serve(*metricsAddr); err != nil {
 			return errors.Join(err, srv.Unmount(), closeWS())

@@ -137,12 +137,9 @@ var _ commit.Observer = (*Metrics)(nil)
 
 // EngineStats are the engine's counters, read at scrape time.
 type EngineStats struct {
-	Pending   int    // records enqueued and not yet durable
-	LastGroup uint64 // last committed group
-	Inodes    int    // inodes in memory
-	// HaveBytes says the byte counters below are kept by the engine; when
-	// false they are not exported (rather than exported as zeros).
-	HaveBytes    bool
+	Pending      int    // records enqueued and not yet durable
+	LastGroup    uint64 // last committed group
+	Inodes       int    // inodes in memory
 	BytesInline  uint64 // file bytes stored inline in log records
 	BytesPooled  uint64 // file bytes published as new pool objects
 	BytesDeduped uint64 // file bytes that matched an existing pool object
@@ -188,11 +185,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(pending, prometheus.GaugeValue, float64(s.Pending))
 	ch <- prometheus.MustNewConstMetric(group, prometheus.GaugeValue, float64(s.LastGroup))
 	ch <- prometheus.MustNewConstMetric(inodes, prometheus.GaugeValue, float64(s.Inodes))
-	if s.HaveBytes {
-		ch <- prometheus.MustNewConstMetric(inline, prometheus.CounterValue, float64(s.BytesInline))
-		ch <- prometheus.MustNewConstMetric(pooled, prometheus.CounterValue, float64(s.BytesPooled))
-		ch <- prometheus.MustNewConstMetric(dedup, prometheus.CounterValue, float64(s.BytesDeduped))
-	}
+	ch <- prometheus.MustNewConstMetric(inline, prometheus.CounterValue, float64(s.BytesInline))
+	ch <- prometheus.MustNewConstMetric(pooled, prometheus.CounterValue, float64(s.BytesPooled))
+	ch <- prometheus.MustNewConstMetric(dedup, prometheus.CounterValue, float64(s.BytesDeduped))
 }
 
 // Server is a running /metrics endpoint.

@@ -17,7 +17,7 @@ func TestServeExposesCollectors(t *testing.T) {
 	op.Done(time.Now(), true)
 	m.GroupCommitted(commit.GroupStats{Group: 7, Records: 3, Objects: 2, Drain: time.Millisecond, LogSync: 2 * time.Millisecond})
 	m.WatchEngine(func() EngineStats {
-		return EngineStats{Pending: 5, Inodes: 3, HaveBytes: true, BytesInline: 100, BytesPooled: 4096, BytesDeduped: 12}
+		return EngineStats{Pending: 5, Inodes: 3, BytesInline: 100, BytesPooled: 4096, BytesDeduped: 12}
 	})
 
 	s, err := m.Serve("127.0.0.1:0")

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"wsfs/internal/namespace"
@@ -460,6 +461,7 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 	d := lv.dirty
 	rec := &namespace.Record{Op: namespace.OpSetContent, Ino: n.Ino, Size: uint64(d.size), Mtime: d.mtime, Time: d.ctime}
 	var objs []pool.ID
+	counter := &w.bytes.inline // which of Stats' byte counters the content adds to
 	switch {
 	case d.size <= int64(w.opts.InlineMax):
 		b := d.mem
@@ -471,10 +473,11 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 		}
 		rec.Content.Inline = b[:d.size]
 	case d.f == nil:
-		id, _, err := w.pool.Put(d.mem)
+		id, dedup, err := w.pool.Put(d.mem)
 		if err != nil {
 			return errno(err)
 		}
+		counter = pooledCounter(&w.bytes, dedup)
 		rec.Content = namespace.Content{IsObject: true, Object: namespace.ObjectID(id)}
 		objs = []pool.ID{id}
 	default:
@@ -494,7 +497,9 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 			return errno(err)
 		}
 		d.f = nil
-		if _, err := w.pool.PublishStaging(d.path, id); err != nil {
+		dedup, err := w.pool.PublishStaging(d.path, id)
+		counter = pooledCounter(&w.bytes, dedup)
+		if err != nil {
 			// Keep the dirty content if the staging file is still there (a
 			// later flush retries); if it is gone, so is the new content:
 			// the inode keeps its published content and the caller hears.
@@ -512,9 +517,25 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 	if err := w.record(rec, objs, true); err != nil {
 		return err
 	}
+	counter.Add(uint64(d.size))
 	w.discard(d)
 	lv.dirty = nil
 	return nil
+}
+
+// byteCounters count the file content published since Open, by where it
+// went (Stats, and the daemon's metrics).
+type byteCounters struct {
+	inline, pooled, deduped atomic.Uint64
+}
+
+// pooledCounter is the counter for content published to the pool: deduped
+// when the object already existed.
+func pooledCounter(b *byteCounters, dedup bool) *atomic.Uint64 {
+	if dedup {
+		return &b.deduped
+	}
+	return &b.pooled
 }
 
 // dropContentLocked forgets n's in-memory content state: dirty content is

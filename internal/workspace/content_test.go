@@ -262,3 +262,22 @@ func TestRecycledBuffersReadAsZeros(t *testing.T) {
 		eq(t, readAll(t, w, f.Ino), want, "after flush")
 	})
 }
+
+// TestStatsByteCounters: published content is counted by where it went:
+// inline in the log, a new pool object, or an existing one (dedup).
+func TestStatsByteCounters(t *testing.T) {
+	envs(t, func(t *testing.T, e *env) {
+		w := e.open()
+		defer w.Close()
+		small := bytes.Repeat([]byte("s"), 1000)
+		large := bytes.Repeat([]byte("L"), DefaultInlineMax+1)
+		writeFile(t, w, RootIno, "small", small)
+		writeFile(t, w, RootIno, "large", large)
+		writeFile(t, w, RootIno, "copy", large)
+		s := w.Stats()
+		if s.BytesInline != 1000 || s.BytesPooled != uint64(len(large)) || s.BytesDeduped != uint64(len(large)) {
+			t.Errorf("inline/pooled/deduped = %d/%d/%d, want 1000/%d/%d",
+				s.BytesInline, s.BytesPooled, s.BytesDeduped, len(large), len(large))
+		}
+	})
+}

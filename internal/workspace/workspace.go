@@ -173,6 +173,9 @@ type Stats struct {
 	// CheckpointErr is the last checkpoint failure (checkpoints stopped or
 	// failing: the log keeps growing, nothing is lost); nil once one works.
 	CheckpointErr error
+	// File content published since Open, in bytes: inline in log records,
+	// as new pool objects, and as pool objects that already existed.
+	BytesInline, BytesPooled, BytesDeduped uint64
 }
 
 // Workspace is an open workspace. All methods are safe for concurrent use.
@@ -186,6 +189,7 @@ type Workspace struct {
 	log   *seglog.Log
 	com   *commit.Committer
 	tree  *namespace.Tree
+	bytes byteCounters
 
 	renameMu sync.Mutex
 
@@ -604,7 +608,8 @@ func (w *Workspace) Close() error {
 func (w *Workspace) Stats() Stats {
 	cs := w.com.Stats()
 	s := Stats{CommittedGroup: cs.LastGroup, CommittedAt: cs.LastCommit, Pending: cs.Pending,
-		Failed: cs.Failed, Inodes: w.tree.Len(), CheckpointGroup: w.ckptGrp.Load()}
+		Failed: cs.Failed, Inodes: w.tree.Len(), CheckpointGroup: w.ckptGrp.Load(),
+		BytesInline: w.bytes.inline.Load(), BytesPooled: w.bytes.pooled.Load(), BytesDeduped: w.bytes.deduped.Load()}
 	if f := w.failed.Load(); s.Failed == nil && f != nil {
 		s.Failed = f
 	}
