@@ -68,6 +68,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,6 +108,11 @@ type Options struct {
 	// MaxBackground is the kernel's limit on asynchronous requests
 	// (readahead, writeback) in flight (default 64).
 	MaxBackground int
+	// ReadAheadKB is the kernel readahead of the mount, in KiB (default
+	// DefaultReadAheadKB; negative: leave the kernel's 128 KiB). FUSE
+	// negotiates at most 128 KiB at INIT; Mount raises it afterwards
+	// through /sys/class/bdi (root only; a failure is logged, not fatal).
+	ReadAheadKB int
 	// Logger receives the adapter's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics, if set, records each request.
@@ -114,6 +120,13 @@ type Options struct {
 	// Debug logs every FUSE request (very verbose).
 	Debug bool
 }
+
+// DefaultReadAheadKB is the default readahead of a mount. Reading a 200 MiB
+// pooled file with a cold FUSE page cache (pool object cached) took
+// 1.14–1.47 s at the kernel's 128 KiB and 0.55–0.79 s at 512–1024 KiB:
+// every READ is a round trip, and 1 MiB matches MaxWrite (the largest
+// request).
+const DefaultReadAheadKB = 1024
 
 // DefaultTimeout is the default entry, attribute and negative timeout.
 const DefaultTimeout = 60 * time.Second
@@ -129,6 +142,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxBackground <= 0 {
 		o.MaxBackground = 64
+	}
+	if o.ReadAheadKB == 0 {
+		o.ReadAheadKB = DefaultReadAheadKB
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -222,7 +238,23 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 		s.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mp, err)
 	}
+	if opts.ReadAheadKB > 0 {
+		if err := setReadAhead(mp, opts.ReadAheadKB); err != nil {
+			opts.Logger.Warn("readahead left at the kernel default", "err", err)
+		}
+	}
 	return s, nil
+}
+
+// setReadAhead sets the readahead of the FUSE mount at mp (its backing
+// device info is named after the superblock's anonymous device).
+func setReadAhead(mp string, kb int) error {
+	var st unix.Stat_t
+	if err := unix.Stat(mp, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(p, []byte(strconv.Itoa(kb)), 0)
 }
 
 // Mountpoint is the absolute mount point.

@@ -2,10 +2,14 @@ package fusefs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestCheckMountpoint(t *testing.T) {
@@ -69,5 +73,23 @@ func TestMountsOf(t *testing.T) {
 	got, err := mountsOf(strings.NewReader(info), MountSource("a"))
 	if err != nil || len(got) != 2 || got[0] != "/mnt/ws 1" || got[1] != "/mnt/a2" {
 		t.Fatalf("mounts of a: %q %v", got, err)
+	}
+}
+
+// TestReadAhead: the mount's readahead is raised past the 128 KiB that FUSE
+// negotiates at INIT (root only: the knob is in sysfs).
+func TestReadAhead(t *testing.T) {
+	e := newEnv(t, Options{})
+	var st unix.Stat_t
+	if err := unix.Stat(e.mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != strconv.Itoa(DefaultReadAheadKB) {
+		t.Errorf("%s = %s, want %d", p, got, DefaultReadAheadKB)
 	}
 }
