@@ -24,7 +24,7 @@ func runRm(ctx context.Context, g *globals, args []string) error {
 	flags := newFlagSet(g, "rm", "NAME", `
 Deletes workspace NAME: its log, checkpoints, lock and agent state. It
 refuses while a daemon serves the workspace or while it is mounted. Pool
-objects it referenced are removed later by the pool's garbage collection.`)
+objects it referenced are removed later by 'wsfs gc'.`)
 	g.homeFlag(flags)
 	if err := parseFlags(flags, args); err != nil {
 		return err
