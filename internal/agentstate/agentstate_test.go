@@ -563,3 +563,37 @@ func verifyReplicaFiles(t *testing.T, replica string) {
 		t.Errorf("replica %s has no snapshot (level 9) among %d LTX files", replica, len(paths))
 	}
 }
+
+// TestLongAgentDirUsesAbstractSocket: an agent directory too deep for a
+// unix socket address gets an abstract control socket, the same one for
+// every process, and sync-and-wait works over it.
+func TestLongAgentDirUsesAbstractSocket(t *testing.T) {
+	short := t.TempDir()
+	if p := socketPath(short); p != filepath.Join(short, SocketName) {
+		t.Errorf("short dir: socket %s, want the file in the agent dir", p)
+	}
+	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60), "agent")
+	p := socketPath(deep)
+	if !isAbstract(p) || p != socketPath(deep) || len(p) > maxSocketPath {
+		t.Fatalf("deep dir: socket %q, want a stable abstract name", p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	opts.SocketPath = p
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, opts.DBPath)
+	w.insert(t, 10)
+	if pos, err := RequestSync(ctx, p); err != nil || pos.TXID == 0 {
+		t.Fatalf("sync over the abstract socket: %v, %v", pos, err)
+	}
+	if _, err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RequestSync(ctx, p); err == nil {
+		t.Error("the abstract socket still answers after Close")
+	}
+}

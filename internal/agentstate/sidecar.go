@@ -232,14 +232,18 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	s.store = store
 
 	if opts.SocketPath != "" {
-		if len(opts.SocketPath) >= 108 {
+		if len(opts.SocketPath) > maxSocketPath {
 			store.Close(context.Background())
-			return fail(fmt.Errorf("socket path %s is %d bytes, longer than a unix socket address allows (107): use a shorter host directory", opts.SocketPath, len(opts.SocketPath)))
+			return fail(fmt.Errorf("socket path %s is %d bytes, longer than a unix socket address allows (%d); PathsFor chooses an abstract socket in that case",
+				opts.SocketPath, len(opts.SocketPath), maxSocketPath))
 		}
-		// We hold the lock, so any socket file is a dead sidecar's.
-		if err := vfs.Default.Remove(opts.SocketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-			store.Close(context.Background())
-			return fail(fmt.Errorf("remove stale socket: %w", err))
+		// We hold the lock, so any socket file is a dead sidecar's (an
+		// abstract socket has no file: its name dies with its socket).
+		if !isAbstract(opts.SocketPath) {
+			if err := vfs.Default.Remove(opts.SocketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+				store.Close(context.Background())
+				return fail(fmt.Errorf("remove stale socket: %w", err))
+			}
 		}
 		ln, err := net.Listen("unix", opts.SocketPath)
 		if err != nil {
@@ -360,7 +364,7 @@ func (s *Sidecar) Close(ctx context.Context) (Position, error) {
 	// the sync above); no retry loop: the deadline above bounds it.
 	s.store.SetShutdownSyncTimeout(0)
 	err := s.store.Close(sctx)
-	if s.ln != nil {
+	if s.ln != nil && !isAbstract(s.opts.SocketPath) {
 		vfs.Default.Remove(s.opts.SocketPath)
 	}
 	s.lock.Close()

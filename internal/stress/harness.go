@@ -192,14 +192,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	res.Device = dev
 
 	var arms []string
-	sockWhy := sidecarSocketTooLong(opts)
 	for _, a := range opts.Arms {
 		if why, ok := opts.Unavailable[a]; ok {
 			res.NotRun = append(res.NotRun, NotRun{Arm: a, Reason: why})
-			continue
-		}
-		if armReplicates(a) && sockWhy != "" {
-			res.NotRun = append(res.NotRun, NotRun{Arm: a, Reason: sockWhy})
 			continue
 		}
 		arms = append(arms, a)
@@ -327,9 +322,9 @@ func runOne(ctx context.Context, opts Options, disp display, label string, idx i
 	fail := func(format string, args ...any) { r.Errors = append(r.Errors, fmt.Sprintf(format, args...)) }
 	name := fmt.Sprintf("r%d-%s-ws%d-nb%d", rep, arm, n, nb)
 	// The data directory is named by the run's number (the [idx/total] of
-	// the progress display), not by name: it holds the sidecars' unix
-	// sockets, whose paths must stay under 108 bytes (see
-	// sidecarSocketTooLong). The logs keep the descriptive name.
+	// the progress display), not by name, to keep paths short (the
+	// sidecars' unix sockets live there when their paths fit in a socket
+	// address). The logs keep the descriptive name.
 	runDir := runDataDir(opts.Out, idx)
 	logDir := filepath.Join(opts.Out, "logs", name)
 	// Fresh directories every run: on ext4 without a journal, creates after
@@ -534,33 +529,6 @@ func runOne(ctx context.Context, opts Options, disp display, label string, idx i
 // runDataDir is the data directory of run number idx.
 func runDataDir(out string, idx int) string {
 	return filepath.Join(out, "runs", strconv.Itoa(idx))
-}
-
-// maxSocketPath is the longest path a unix socket can bind to on Linux
-// (sun_path is 108 bytes with the terminating NUL).
-const maxSocketPath = 107
-
-// sidecarSocketTooLong returns why the wsfs arms cannot run when the
-// longest sidecar control socket path of this invocation
-// (OUT/runs/IDX/home/state/workspaces/ws-I/agent/sidecar.sock) would not fit
-// in a unix socket address, or "" when it fits. The sidecar would refuse
-// to start; saying so before the first run names the fix.
-func sidecarSocketTooLong(opts Options) string {
-	out, err := filepath.Abs(opts.Out)
-	if err != nil {
-		return ""
-	}
-	runs, maxWS := opts.Repeat*len(opts.Neighbours)*len(opts.Workspaces)*len(opts.Arms), 1
-	for _, n := range opts.Workspaces {
-		maxWS = max(maxWS, n)
-	}
-	p := filepath.Join(runDataDir(out, max(runs, 1)), "home", "state", "workspaces",
-		fmt.Sprintf("ws-%d", maxWS-1), "agent", agentstate.SocketName)
-	if len(p) <= maxSocketPath {
-		return ""
-	}
-	return fmt.Sprintf("the sidecar's control socket %s would be %d bytes, longer than a unix socket address allows (%d): use an --out path at most %d bytes shorter",
-		p, len(p), maxSocketPath, len(p)-maxSocketPath)
 }
 
 // setupArm prepares the trees (and daemons, for the FUSE arms, and the

@@ -128,16 +128,3 @@ func TestSummarizeReplica(t *testing.T) {
 		t.Errorf("native row: %+v, want verified, not replicated", native)
 	}
 }
-
-func TestSidecarSocketTooLong(t *testing.T) {
-	opts := Options{Out: "/s", Workspaces: []int{1, 21}, Arms: AllArms, Neighbours: []int{0}, Repeat: 1}
-	if why := sidecarSocketTooLong(opts); why != "" {
-		t.Errorf("short --out: %s", why)
-	}
-	opts.Out = "/" + strings.Repeat("d", 80)
-	why := sidecarSocketTooLong(opts)
-	// runs/10 (5 arms x 2 counts) and ws-20 are the longest names.
-	if !strings.Contains(why, "/runs/10/home/state/workspaces/ws-20/agent/sidecar.sock") || !strings.Contains(why, "shorter") {
-		t.Errorf("long --out: %q, want the longest socket path and the fix", why)
-	}
-}
