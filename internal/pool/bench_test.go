@@ -27,19 +27,7 @@ func BenchmarkSyncObjects(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				n++
-				dir := filepath.Join(root, fmt.Sprintf("pool%d", n))
-				p, err := Open(vfs.Default, dir, Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ids := make([]ID, objects)
-				for i, data := range payload {
-					// Vary the content per iteration so that objects are new.
-					data[0] = byte(n)
-					if ids[i], _, err = p.Put(data); err != nil {
-						b.Fatal(err)
-					}
-				}
+				dir, p, ids := freshPoolWith(b, root, n, payload)
 				b.StartTimer()
 				if err := p.SyncObjects(ids, parallel); err != nil {
 					b.Fatal(err)
@@ -51,4 +39,24 @@ func BenchmarkSyncObjects(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*objects), "µs/object")
 		})
 	}
+}
+
+// freshPoolWith opens a new pool under root for iteration n of a benchmark
+// and publishes payload into it (unsynced), varying the first bytes by n so
+// that every iteration's objects are new. It returns the pool's directory.
+func freshPoolWith(b *testing.B, root string, n int, payload [][]byte) (string, *Pool, []ID) {
+	b.Helper()
+	dir := filepath.Join(root, fmt.Sprintf("pool%d", n))
+	p, err := Open(vfs.Default, dir, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]ID, len(payload))
+	for i, data := range payload {
+		data[0], data[1] = byte(n), byte(n>>8)
+		if ids[i], _, err = p.Put(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir, p, ids
 }
