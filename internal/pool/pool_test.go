@@ -546,6 +546,48 @@ func TestOpenVerifiesOnce(t *testing.T) {
 	}
 }
 
+// TestPublishStagingCountsAsVerified: the process that published a staging
+// file (and hashed it) does not read the object back on its first Open;
+// another process does.
+func TestPublishStagingCountsAsVerified(t *testing.T) {
+	for _, fc := range fsCases {
+		t.Run(fc.name, func(t *testing.T) {
+			var c opCounter
+			base, dir := fc.new(t)
+			p := openPool(t, c.wrap(base), dir, Options{})
+			data := content(12, 300_000)
+			f, path, err := p.CreateStaging()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(data); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			id := Sum(data)
+			if _, err := p.PublishStaging(path, id); err != nil {
+				t.Fatal(err)
+			}
+			other := openPool(t, c.wrap(base), dir, Options{})
+			for _, tc := range []struct {
+				who       string
+				pool      *Pool
+				wantReads bool
+			}{{"publisher", p, false}, {"other process", other, true}} {
+				c.reset()
+				f, err := tc.pool.Open(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				if got := c.get(vfs.OpRead) > 0; got != tc.wantReads {
+					t.Errorf("%s: first Open read the object: %v, want %v", tc.who, got, tc.wantReads)
+				}
+			}
+		})
+	}
+}
+
 // TestConcurrentPut: many goroutines in two pool instances (standing in for
 // processes) publish overlapping content at once; every content ends up as
 // exactly one intact object and no temp is left.
