@@ -234,19 +234,7 @@ func (p *Pool) repairFromBytes(id ID, data []byte, reason string) error {
 		return fmt.Errorf("pool: repair object %s: %w", id, err)
 	}
 	_, err = f.Write(data)
-	if err == nil {
-		err = f.SyncData()
-	}
-	var mtime time.Time
-	if err == nil {
-		var fi os.FileInfo
-		if fi, err = f.Stat(); err == nil {
-			mtime = fi.ModTime()
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	mtime, err := syncAndClose(f, err)
 	if err != nil {
 		p.removeTemp(tmp)
 		return fmt.Errorf("pool: repair object %s (%s): write and sync new copy %s: %w", id, reason, tmp, err)
@@ -262,8 +250,22 @@ func (p *Pool) repairFromTemp(id ID, tmp string, reason string) error {
 		p.removeTemp(tmp)
 		return fmt.Errorf("pool: repair object %s (%s): open %s: %w", id, reason, tmp, err)
 	}
+	mtime, err := syncAndClose(f, nil)
+	if err != nil {
+		p.removeTemp(tmp)
+		return fmt.Errorf("pool: repair object %s (%s): sync %s: %w", id, reason, tmp, err)
+	}
+	return p.replaceDurably(id, tmp, mtime, -1, reason)
+}
+
+// syncAndClose makes a repair temp's data durable and closes it, returning
+// its mtime as synced (replaceDurably trusts the sync for a window from it).
+// A non-nil err (from writing it) skips the sync; the file is closed anyway.
+func syncAndClose(f vfs.File, err error) (time.Time, error) {
+	if err == nil {
+		err = f.SyncData()
+	}
 	var mtime time.Time
-	err = f.SyncData()
 	if err == nil {
 		var fi os.FileInfo
 		if fi, err = f.Stat(); err == nil {
@@ -273,11 +275,7 @@ func (p *Pool) repairFromTemp(id ID, tmp string, reason string) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		p.removeTemp(tmp)
-		return fmt.Errorf("pool: repair object %s (%s): sync %s: %w", id, reason, tmp, err)
-	}
-	return p.replaceDurably(id, tmp, mtime, -1, reason)
+	return mtime, err
 }
 
 // replaceDurably renames the synced temp tmp (mtime as synced) over object
