@@ -147,3 +147,44 @@ func BenchmarkLargeFileWrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSmallChangeToLargeFile measures what a small change to a large
+// published file costs: open, write 4 KiB (appended, or in the middle),
+// close, as `echo >> build.log` or a database page write does, then fsync
+// every 16 changes. With whole-file objects each change copied, rehashed
+// and republished the whole file; with chunks it rewrites one chunk.
+func BenchmarkSmallChangeToLargeFile(b *testing.B) {
+	for _, size := range []int{16 << 20, 64 << 20} {
+		for _, where := range []string{"append", "middle"} {
+			b.Run(fmt.Sprintf("%dMiB/%s", size>>20, where), func(b *testing.B) {
+				w := diskEnv(b).open()
+				defer w.Close()
+				a := writeFile(b, w, RootIno, "big", pattern(size, 1))
+				noErr(b, w.Sync())
+				page := pattern(4096, 2)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					h, err := w.OpenFile(a.Ino, syscall.O_WRONLY)
+					if err != nil {
+						b.Fatal(err)
+					}
+					off := int64(size / 2)
+					if where == "append" {
+						off = int64(size + i*len(page))
+					}
+					binary.LittleEndian.PutUint64(page, uint64(i))
+					if _, err := h.WriteAt(page, off); err != nil {
+						b.Fatal(err)
+					}
+					noErr(b, h.Flush())
+					noErr(b, h.Release())
+					if i%16 == 15 {
+						noErr(b, w.Sync())
+					}
+				}
+				noErr(b, w.Sync())
+			})
+		}
+	}
+}

@@ -75,7 +75,7 @@ func mustErrno(t *testing.T, err error, want syscall.Errno) {
 }
 
 // A and H unwrap (Attr, error) and (*Handle, error), failing the test on error.
-func A(t *testing.T) func(Attr, error) Attr {
+func A(t testing.TB) func(Attr, error) Attr {
 	return func(a Attr, err error) Attr {
 		t.Helper()
 		if err != nil {
@@ -85,7 +85,7 @@ func A(t *testing.T) func(Attr, error) Attr {
 	}
 }
 
-func H(t *testing.T) func(*Handle, error) *Handle {
+func H(t testing.TB) func(*Handle, error) *Handle {
 	return func(h *Handle, err error) *Handle {
 		t.Helper()
 		if err != nil {
@@ -95,7 +95,7 @@ func H(t *testing.T) func(*Handle, error) *Handle {
 	}
 }
 
-func noErr(t *testing.T, err error) {
+func noErr(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func noErr(t *testing.T, err error) {
 var me = Caller{Uid: 1000, Gid: 1000}
 
 // writeFile creates (or truncates) name in dir with content and closes it.
-func writeFile(t *testing.T, w *Workspace, dir Ino, name string, content []byte) Attr {
+func writeFile(t testing.TB, w *Workspace, dir Ino, name string, content []byte) Attr {
 	t.Helper()
 	a, err := w.Lookup(dir, name)
 	if err != nil {
