@@ -13,7 +13,7 @@ import (
 //
 //	checkpoint = magic:"WSFSNS\x00\x01" version nextIno count inode*count crc32c:u32le
 //	inode      = ino mode nlink uid gid rdev size atime mtime ctime
-//	             kind:u8 (0: inline:bytes | 1: object:[32]u8 | 2: none)
+//	             content (content.go) | kind 2:u8 (not a regular file)
 //	             target:str nxattr (name:str value:bytes)*nxattr
 //	             nentries (name:str ino)*nentries
 //
@@ -65,12 +65,8 @@ func (t *Tree) EncodeCheckpoint() []byte {
 		switch {
 		case !n.IsReg():
 			b = append(b, contentNone)
-		case n.Content.IsObject:
-			b = append(b, contentObject)
-			b = append(b, n.Content.Object[:]...)
 		default:
-			b = append(b, contentInline)
-			s(n.Content.Inline)
+			b = appendContent(b, &n.Content)
 		}
 		s([]byte(n.Target))
 		u(uint64(len(n.Xattrs)))
@@ -137,18 +133,11 @@ func DecodeCheckpoint(data []byte) (*Tree, error) {
 		n.Atime = d.varint("atime")
 		n.Mtime = d.varint("mtime")
 		n.Ctime = d.varint("ctime")
-		switch k := d.byte1("content kind"); k {
-		case contentInline:
-			n.Content.Inline = d.bytes("inline content", -1)
-			if d.err == nil && uint64(len(n.Content.Inline)) != n.Size {
-				return fail("inode %d: inline content of %d bytes for size %d", n.Ino, len(n.Content.Inline), n.Size)
+		if k := d.byte1("content kind"); k != contentNone {
+			var ok bool
+			if n.Content, ok = d.contentOfKind(k, n.Size); !ok {
+				d.fail(fmt.Sprintf("unknown content kind %d", k))
 			}
-		case contentObject:
-			n.Content.IsObject = true
-			n.Content.Object = d.fixed32("object id")
-		case contentNone:
-		default:
-			d.fail(fmt.Sprintf("unknown content kind %d", k))
 		}
 		n.Target = d.str("target", MaxTarget)
 		if nx := d.uvarint("xattr count"); nx > 0 && d.err == nil {
@@ -250,8 +239,10 @@ func checkTree(inodes map[Ino]*Inode, setParent bool) error {
 		if n.IsDir() && n.Nlink != 2+subdirs {
 			return fmt.Errorf("directory %d has nlink %d, expected %d", n.Ino, n.Nlink, 2+subdirs)
 		}
-		if n.IsReg() && !n.Content.IsObject && uint64(len(n.Content.Inline)) != n.Size {
-			return fmt.Errorf("file %d has %d inline bytes for size %d", n.Ino, len(n.Content.Inline), n.Size)
+		if n.IsReg() {
+			if err := n.Content.Validate(n.Size); err != nil {
+				return fmt.Errorf("file %d: %v", n.Ino, err)
+			}
 		}
 	}
 	for _, n := range inodes {

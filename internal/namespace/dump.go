@@ -18,7 +18,7 @@ type DumpEntry struct {
 	Gid     uint32
 	Nlink   uint32
 	Size    uint64
-	Content string // regular files: hex content hash (same for inline and object)
+	Content string // regular files: hex content ID (see Dump)
 	Target  string // symlinks
 	Rdev    uint32
 	Xattrs  string // "name=hex;..." in name order
@@ -65,10 +65,12 @@ func TypeChar(mode uint32) byte {
 	return '?'
 }
 
-// Dump walks the tree from the root in name order. sum hashes inline
-// content so that it compares equal with the object ID the same bytes would
-// have in the pool (pass pool.Sum). The tree must be still.
-func (t *Tree) Dump(sum func([]byte) ObjectID) []DumpEntry {
+// Dump walks the tree from the root in name order. contentID names each
+// regular file's content; for trees built different ways to compare equal
+// it must give the same ID to the same bytes whatever their form (inline,
+// one object, chunks): the pool ID of the whole content. The tree must be
+// still.
+func (t *Tree) Dump(contentID func(n *Inode) ObjectID) []DumpEntry {
 	var out []DumpEntry
 	first := map[Ino]string{}
 	var walk func(n *Inode, path string)
@@ -78,10 +80,7 @@ func (t *Tree) Dump(sum func([]byte) ObjectID) []DumpEntry {
 		switch {
 		case n.IsReg():
 			e.Size = n.Size
-			id := n.Content.Object
-			if !n.Content.IsObject {
-				id = sum(n.Content.Inline)
-			}
+			id := contentID(n)
 			e.Content = hex.EncodeToString(id[:])
 		case n.Mode&S_IFMT == S_IFLNK:
 			e.Target = n.Target

@@ -54,12 +54,6 @@ const (
 	RenameExchange  uint32 = 1 << 1
 )
 
-// Content kinds in a SetContent record and in checkpoints.
-const (
-	contentInline = 0
-	contentObject = 1
-)
-
 // Limits enforced when decoding, so that corrupt input cannot make the
 // decoder allocate without bound.
 const (
@@ -85,7 +79,8 @@ const (
 //	Rmdir       = parent name:str ino time
 //	Rename      = parent name:str newparent newname:str flags ino replaced time
 //	SetAttr     = ino mask [mode] [uid] [gid] [atime] [mtime] time
-//	SetContent  = ino size mtime time kind:u8 (kind 0: inline:bytes | kind 1: object:[32]u8)
+//	SetContent  = ino size mtime time content (content.go: kind 0 inline,
+//	              1 one object, 3 chunked)
 //	SetXattr    = ino name:str value:bytes time
 //	RemoveXattr = ino name:str time
 //
@@ -190,14 +185,7 @@ func (r *Record) Encode(buf []byte) []byte {
 		u(r.Size)
 		t(r.Mtime)
 		t(r.Time)
-		if r.Content.IsObject {
-			b = append(b, contentObject)
-			b = append(b, r.Content.Object[:]...)
-		} else {
-			b = append(b, contentInline)
-			u(uint64(len(r.Content.Inline)))
-			b = append(b, r.Content.Inline...)
-		}
+		b = appendContent(b, &r.Content)
 	case OpSetXattr:
 		u(uint64(r.Ino))
 		s(r.Name)
@@ -395,16 +383,9 @@ func DecodeRecord(data []byte) (*Record, error) {
 		r.Size = d.uvarint("size")
 		r.Mtime = d.varint("mtime")
 		r.Time = d.varint("time")
-		switch k := d.byte1("content kind"); k {
-		case contentInline:
-			r.Content.Inline = d.bytes("inline content", -1)
-			if d.err == nil && uint64(len(r.Content.Inline)) != r.Size {
-				d.fail(fmt.Sprintf("inline content of %d bytes for size %d", len(r.Content.Inline), r.Size))
-			}
-		case contentObject:
-			r.Content.IsObject = true
-			r.Content.Object = d.fixed32("object id")
-		default:
+		k := d.byte1("content kind")
+		var ok bool
+		if r.Content, ok = d.contentOfKind(k, r.Size); !ok {
 			d.fail(fmt.Sprintf("unknown content kind %d", k))
 		}
 	case OpSetXattr:

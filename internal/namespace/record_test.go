@@ -34,6 +34,8 @@ func sampleRecords() []*Record {
 		{Op: OpRename, Parent: 4, Name: "moved", NewParent: 4, NewName: "sl", Flags: RenameExchange, Ino: 2, Replaced: 5, Time: 18},
 		{Op: OpUnlink, Parent: 4, Name: "hard", Ino: 2, Time: 19},
 		{Op: OpRmdir, Parent: 1, Name: "gone", Ino: 9, Time: 20},
+		// Added with chunked content; the lines above are unchanged.
+		{Op: OpSetContent, Ino: 2, Size: 5<<19 + 1, Mtime: 21, Time: 22, Content: Content{Chunks: []ObjectID{id, HoleChunk, {7: 7}}, ChunkShift: 20}},
 	}
 }
 
@@ -97,6 +99,11 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"bad mask", (&Record{Op: OpSetAttr, Ino: 1, Mask: 1 << 7}).Encode(nil)},
 		{"inline size mismatch", append([]byte{byte(OpSetContent), 2, 9, 0, 0, contentInline, 2}, 'a', 'b')},
 		{"bad content kind", []byte{byte(OpSetContent), 2, 0, 0, 0, 7}},
+		{"too few chunks", (&Record{Op: OpSetContent, Ino: 2, Size: 3 << 20, Content: Content{Chunks: make([]ObjectID, 2), ChunkShift: 20}}).Encode(nil)},
+		{"too many chunks", (&Record{Op: OpSetContent, Ino: 2, Size: 1 << 20, Content: Content{Chunks: make([]ObjectID, 2), ChunkShift: 20}}).Encode(nil)},
+		{"chunk shift too small", (&Record{Op: OpSetContent, Ino: 2, Size: 4, Content: Content{Chunks: make([]ObjectID, 1), ChunkShift: 1}}).Encode(nil)},
+		{"chunk count beyond the data", []byte{byte(OpSetContent), 2, 0, 0, 0, contentChunked, 20, 0xff, 0xff, 0xff, 0x0f, 1, 2}},
+		{"size beyond the maximum", (&Record{Op: OpSetContent, Ino: 2, Size: MaxFileSize + 1, Content: Content{IsObject: true}}).Encode(nil)},
 		{"huge name", append([]byte{byte(OpCreate), 2, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, bytes.Repeat([]byte("a"), 10)...)},
 	} {
 		if _, err := DecodeRecord(tc.data); !errors.Is(err, ErrBadRecord) {

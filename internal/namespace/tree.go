@@ -58,14 +58,6 @@ const (
 	PermMask = 07777
 )
 
-// Content is the content of a regular file: inline bytes, or a pool object
-// whose size is Inode.Size. The zero value is the empty inline content.
-type Content struct {
-	Inline   []byte // immutable; len == Inode.Size when !IsObject
-	Object   ObjectID
-	IsObject bool
-}
-
 // Inode is one file system object. See the package doc for who locks it.
 type Inode struct {
 	// Mu is the per-inode lock. Package namespace never takes it; package
@@ -354,8 +346,8 @@ func (t *Tree) Apply(r *Record) error {
 		if !n.IsReg() {
 			return bad(syscall.EINVAL, "content for non-regular inode %d", r.Ino)
 		}
-		if !r.Content.IsObject && uint64(len(r.Content.Inline)) != r.Size {
-			return bad(syscall.EINVAL, "inline content of %d bytes for size %d", len(r.Content.Inline), r.Size)
+		if err := r.Content.Validate(r.Size); err != nil {
+			return bad(syscall.EINVAL, "inode %d: %v", r.Ino, err)
 		}
 		n.Content = r.Content
 		n.Size = r.Size

@@ -6,12 +6,30 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 )
 
 func sum(b []byte) ObjectID { return sha256.Sum256(b) }
+
+// sumContent is the tests' content ID for Dump: the hash of inline bytes,
+// the object ID, or the hash of the chunk list (trees in these tests are
+// compared with trees built from the same records, so one form per file).
+func sumContent(n *Inode) ObjectID {
+	switch c := &n.Content; {
+	case c.IsChunked():
+		var b []byte
+		for _, id := range c.Chunks {
+			b = append(b, id[:]...)
+		}
+		return sum(append(b, c.ChunkShift))
+	case c.IsObject:
+		return c.Object
+	}
+	return sum(n.Content.Inline)
+}
 
 // build applies records in order, failing the test on any error.
 func build(t *testing.T, recs ...*Record) *Tree {
@@ -64,12 +82,12 @@ func TestApplyErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := build(t, base...)
-			before := DumpString(tr.Dump(sum))
+			before := DumpString(tr.Dump(sumContent))
 			err := tr.Apply(tc.rec)
 			if !errors.Is(err, tc.errno) {
 				t.Fatalf("err = %v, want %v", err, tc.errno)
 			}
-			if after := DumpString(tr.Dump(sum)); after != before {
+			if after := DumpString(tr.Dump(sumContent)); after != before {
 				t.Fatalf("failed Apply changed the tree:\n%s\nvs\n%s", before, after)
 			}
 		})
@@ -108,7 +126,7 @@ func TestApplySequences(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := build(t, tc.recs...)
-			got := DumpString(tr.Dump(sum))
+			got := DumpString(tr.Dump(sumContent))
 			if got != tc.want {
 				t.Fatalf("dump:\n%s\nwant:\n%s", got, tc.want)
 			}
@@ -118,7 +136,7 @@ func TestApplySequences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := DumpString(back.Dump(sum)); d != got {
+			if d := DumpString(back.Dump(sumContent)); d != got {
 				t.Fatalf("checkpoint round trip:\n%s\nwant:\n%s", d, got)
 			}
 			if string(back.EncodeCheckpoint()) != string(ck) {
@@ -172,48 +190,90 @@ func TestDecodeCheckpointCorrupt(t *testing.T) {
 	}
 }
 
-// TestCheckpointGolden freezes the checkpoint format (version 1): a tree
-// built from sampleTreeRecords must encode to testdata/checkpoint-v1.golden
-// byte for byte, and that file must keep decoding.
+// TestCheckpointGolden freezes the checkpoint format (version 1): trees
+// built from fixed records must encode to their golden files byte for
+// byte, and those files must keep decoding to the same trees. The chunked
+// golden was added with chunked content; the first file is unchanged.
 func TestCheckpointGolden(t *testing.T) {
 	var id ObjectID
 	for i := range id {
 		id[i] = byte(255 - i)
 	}
-	tr := build(t,
+	base := []*Record{
 		mkdir(2, 1, "dir"), create(3, 2, "inline"),
-		&Record{Op: OpSetContent, Ino: 3, Size: 5, Mtime: 20, Time: 21, Content: Content{Inline: []byte("bytes")}},
+		{Op: OpSetContent, Ino: 3, Size: 5, Mtime: 20, Time: 21, Content: Content{Inline: []byte("bytes")}},
 		create(4, 1, "object"),
-		&Record{Op: OpSetContent, Ino: 4, Size: 1 << 20, Mtime: 22, Time: 23, Content: Content{IsObject: true, Object: id}},
-		&Record{Op: OpLink, Ino: 4, Parent: 2, Name: "hard", Time: 24},
-		&Record{Op: OpSymlink, Ino: 5, Parent: 1, Name: "sl", Target: "dir/inline", Uid: 7, Gid: 8, Time: 25},
-		&Record{Op: OpCreate, Ino: 6, Parent: 1, Name: "blk", Mode: S_IFBLK | 0o660, Rdev: 0x0801, Time: 26},
-		&Record{Op: OpSetXattr, Ino: 2, Name: "user.x", Value: []byte{1, 2}, Time: 27},
-	)
-	got := tr.EncodeCheckpoint()
-	path := filepath.Join("testdata", "checkpoint-v1.golden")
-	if os.Getenv("WSFS_UPDATE_GOLDEN") == "1" {
-		if err := os.WriteFile(path, []byte(hex.EncodeToString(got)+"\n"), 0o644); err != nil {
-			t.Fatal(err)
+		{Op: OpSetContent, Ino: 4, Size: 1 << 20, Mtime: 22, Time: 23, Content: Content{IsObject: true, Object: id}},
+		{Op: OpLink, Ino: 4, Parent: 2, Name: "hard", Time: 24},
+		{Op: OpSymlink, Ino: 5, Parent: 1, Name: "sl", Target: "dir/inline", Uid: 7, Gid: 8, Time: 25},
+		{Op: OpCreate, Ino: 6, Parent: 1, Name: "blk", Mode: S_IFBLK | 0o660, Rdev: 0x0801, Time: 26},
+		{Op: OpSetXattr, Ino: 2, Name: "user.x", Value: []byte{1, 2}, Time: 27},
+	}
+	chunked := append(slices.Clone(base), create(7, 2, "chunked"),
+		&Record{Op: OpSetContent, Ino: 7, Size: 3<<20 - 1, Mtime: 28, Time: 29, Content: Content{Chunks: []ObjectID{HoleChunk, id, {31: 1}}, ChunkShift: 20}})
+	for _, tc := range []struct {
+		golden string
+		recs   []*Record
+	}{
+		{"checkpoint-v1.golden", base},
+		{"checkpoint-v1-chunked.golden", chunked},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			tr := build(t, tc.recs...)
+			got := tr.EncodeCheckpoint()
+			path := filepath.Join("testdata", tc.golden)
+			if os.Getenv("WSFS_UPDATE_GOLDEN") == "1" {
+				if err := os.WriteFile(path, []byte(hex.EncodeToString(got)+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with WSFS_UPDATE_GOLDEN=1 once to create it)", err)
+			}
+			raw, err := hex.DecodeString(strings.TrimSpace(string(want)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(raw) != string(got) {
+				t.Fatalf("checkpoint encoding changed; version 1 is frozen.\n got %x\nwant %x", got, raw)
+			}
+			back, err := DecodeCheckpoint(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if DumpString(back.Dump(sumContent)) != DumpString(tr.Dump(sumContent)) {
+				t.Fatal("golden checkpoint decodes to a different tree")
+			}
+		})
+	}
+}
+
+// TestContentValidate covers the content invariants that Apply and both
+// decoders enforce.
+func TestContentValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    Content
+		size uint64
+		ok   bool
+	}{
+		{"empty inline", Content{}, 0, true},
+		{"inline", Content{Inline: []byte("ab")}, 2, true},
+		{"inline short", Content{Inline: []byte("ab")}, 3, false},
+		{"object", Content{IsObject: true}, 1 << 30, true},
+		{"object with inline bytes", Content{IsObject: true, Inline: []byte("a")}, 1, false},
+		{"one chunk", Content{Chunks: make([]ObjectID, 1), ChunkShift: 8}, 1, true},
+		{"exact chunks", Content{Chunks: make([]ObjectID, 2), ChunkShift: 8}, 512, true},
+		{"one byte more", Content{Chunks: make([]ObjectID, 2), ChunkShift: 8}, 513, false},
+		{"empty chunk list", Content{Chunks: []ObjectID{}, ChunkShift: 8}, 0, false},
+		{"shift too big", Content{Chunks: make([]ObjectID, 1), ChunkShift: MaxChunkShift + 1}, 1, false},
+		{"chunks and object", Content{Chunks: make([]ObjectID, 1), ChunkShift: 8, IsObject: true}, 1, false},
+		{"too large", Content{IsObject: true}, MaxFileSize + 1, false},
+	} {
+		if err := tc.c.Validate(tc.size); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate(%d) = %v, want ok=%v", tc.name, tc.size, err, tc.ok)
 		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with WSFS_UPDATE_GOLDEN=1 once to create it)", err)
-	}
-	raw, err := hex.DecodeString(strings.TrimSpace(string(want)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(raw) != string(got) {
-		t.Fatalf("checkpoint encoding changed; version 1 is frozen.\n got %x\nwant %x", got, raw)
-	}
-	back, err := DecodeCheckpoint(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if DumpString(back.Dump(sum)) != DumpString(tr.Dump(sum)) {
-		t.Fatal("golden checkpoint decodes to a different tree")
 	}
 }
 
@@ -222,9 +282,11 @@ func TestCheckpointGolden(t *testing.T) {
 // it never panics. (The CRC makes random damage fail early; the fuzzer also
 // learns to fix it up, which exercises the structural checks.)
 func FuzzDecodeCheckpoint(f *testing.F) {
-	if golden, err := os.ReadFile(filepath.Join("testdata", "checkpoint-v1.golden")); err == nil {
-		if raw, err := hex.DecodeString(strings.TrimSpace(string(golden))); err == nil {
-			f.Add(raw)
+	for _, name := range []string{"checkpoint-v1.golden", "checkpoint-v1-chunked.golden"} {
+		if golden, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
+			if raw, err := hex.DecodeString(strings.TrimSpace(string(golden))); err == nil {
+				f.Add(raw)
+			}
 		}
 	}
 	f.Add(New(0o755, 0, 0, 0).EncodeCheckpoint())
@@ -239,6 +301,6 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		if err := tr.Check(); err != nil {
 			t.Fatalf("decoded tree fails Check: %v", err)
 		}
-		_ = tr.Dump(sum)
+		_ = tr.Dump(sumContent)
 	})
 }

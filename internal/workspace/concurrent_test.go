@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
 )
 
 // TestConcurrentOps runs goroutines that create, write, read, rename
@@ -121,7 +120,7 @@ func TestConcurrentOps(t *testing.T) {
 		// committed records, in OnCommit) must equal the live tree. Barrier
 		// returns after OnCommit of the last group, so reading it is safe.
 		noErr(t, w.Sync())
-		if got := namespace.DumpString(w.shadow.Dump(func(b []byte) namespace.ObjectID { return namespace.ObjectID(pool.Sum(b)) })); got != want {
+		if got := namespace.DumpString(w.shadow.Dump(w.contentID)); got != want {
 			t.Fatalf("durable shadow differs from the live tree:\n%s\nwant:\n%s", got, want)
 		}
 		noErr(t, w.Close())

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
-	"os"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"syscall"
 
@@ -15,23 +13,38 @@ import (
 	"wsfs/internal/vfs"
 )
 
-// dirty is the unflushed content of an inode, shared by all its handles:
-// bytes in memory up to SpillSize, beyond that a sparse staging file in
-// the pool's tmp directory (published by rename when flushed).
+// dirty is the unflushed content of an inode, shared by all its handles.
+// It has two forms:
+//
+//   - small (chunks == nil): the whole content is mem, len(mem) == size,
+//     and size is at most one chunk;
+//   - chunked: chunk i (bytes [i<<shift, (i+1)<<shift) clipped to size) is
+//     bufs[i] when present, else the pool object chunks[i] (HoleChunk:
+//     zeros). A published chunk object always has exactly its chunk's
+//     length at the current size: before a size change, the chunks holding
+//     the old and the new end (when they end mid-chunk) are loaded into
+//     bufs. A buffer is one whole chunk long, and its bytes past size are
+//     zero.
+//
+// A change to a large file thus touches only the chunks it writes; at most
+// maxDirtyChunks of them stay in memory (the rest are put to the pool
+// early, and named by the record when the content is flushed).
 type dirty struct {
-	mem  []byte   // the content while f == nil; len(mem) == size
-	f    vfs.File // staging file once spilled
-	path string
-	// hash, when not nil, has been fed exactly the content [0, size) of
-	// the staging file: a file written front to back (the usual case) is
-	// hashed as its bytes arrive, so its flush does not read it back. Any
-	// other change (a write elsewhere, a truncate, a failed write) drops
-	// it, and the flush hashes the file instead.
-	hash  pool.Hasher
 	size  int64
 	mtime int64
 	ctime int64
+
+	mem []byte
+
+	shift  uint8
+	chunks []namespace.ObjectID // private copy; len == ChunkCount(size)
+	bufs   map[int][]byte
+	hot    int       // the chunk the last write ended in: stays in memory
+	put    []pool.ID // objects put for this content since its last record
 }
+
+// maxDirtyChunks bounds the chunk buffers one inode holds in memory.
+const maxDirtyChunks = 8
 
 // objFile is an open pool object cached per inode for reads of clean
 // content. Reads use it outside the inode lock (so reads of one file run in
@@ -132,7 +145,7 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 	}
 	lv := liveFor(n)
 	if d := lv.dirty; d != nil {
-		c, err := d.readAt(p, off)
+		c, err := h.w.readDirty(lv, d, p, off)
 		n.Mu.Unlock()
 		return c, wsErr("read", ino, "", err)
 	}
@@ -144,34 +157,60 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 	if int64(len(p)) > size-off {
 		p = p[:size-off]
 	}
-	if !n.Content.IsObject {
-		c := copy(p, n.Content.Inline[off:])
+	c := n.Content // immutable slices: a consistent snapshot of one version
+	if !c.IsObject && !c.IsChunked() {
+		k := copy(p, c.Inline[off:])
 		n.Mu.Unlock()
-		return c, nil
+		return k, nil
 	}
-	o, err := h.w.objectLocked(n, lv)
+	n.Mu.Unlock()
+	if c.IsObject {
+		k, err := h.w.readObject(n, pool.ID(c.Object), p, off, size)
+		return k, wsErr("read", ino, "", err)
+	}
+	done := 0
+	for done < len(p) {
+		pos := off + int64(done)
+		i := int(pos >> c.ChunkShift)
+		start := int64(i) << c.ChunkShift
+		piece := p[done:min(len(p), done+int(min(size, start+1<<c.ChunkShift)-pos))]
+		if id := c.Chunks[i]; id == namespace.HoleChunk {
+			clear(piece)
+		} else if k, err := h.w.readObject(n, pool.ID(id), piece, pos-start, min(size-start, 1<<c.ChunkShift)); err != nil {
+			return done + k, wsErr("read", ino, "", err)
+		}
+		done += len(piece)
+	}
+	return done, nil
+}
+
+// readObject reads p at off from pool object id, whose length is size,
+// through n's cached object file; the inode lock is not held while the
+// bytes are read (objects are immutable), so reads of one file run in
+// parallel. The caller does not hold n.Mu.
+func (w *Workspace) readObject(n *namespace.Inode, id pool.ID, p []byte, off, size int64) (int, error) {
+	n.Mu.Lock()
+	o, err := w.objectLocked(liveFor(n), id)
 	if err != nil {
 		n.Mu.Unlock()
-		return 0, wsErr("read", ino, "", err)
+		return 0, err
 	}
-	// The object is immutable: read it without holding the inode lock.
 	o.refs++
 	n.Mu.Unlock()
 	c, err := o.f.ReadAt(p, off)
 	n.Mu.Lock()
 	unrefObjLocked(o)
 	n.Mu.Unlock()
-	if err == io.EOF {
-		// The object is shorter than the inode says: damaged or replaced.
-		return c, wsErr("read", ino, "", &ioError{fmt.Errorf("object %s ends at %d, inode size %d", o.id, off+int64(c), size)})
+	if err == io.EOF || err == nil && c < len(p) {
+		// The object is shorter than the content says: damaged or replaced.
+		return c, &ioError{fmt.Errorf("object %s ends at %d, want %d bytes", id, off+int64(c), size)}
 	}
-	return c, wsErr("read", ino, "", errno(err))
+	return c, errno(err)
 }
 
-// objectLocked returns the cached open object of n's clean content,
-// opening (and verifying, once per process) it if needed.
-func (w *Workspace) objectLocked(n *namespace.Inode, lv *live) (*objFile, error) {
-	id := pool.ID(n.Content.Object)
+// objectLocked returns the inode's cached open object id, opening (and
+// verifying, once per process) it if needed; it replaces the cached one.
+func (w *Workspace) objectLocked(lv *live, id pool.ID) (*objFile, error) {
 	if lv.obj != nil && lv.obj.id == id {
 		return lv.obj, nil
 	}
@@ -213,7 +252,7 @@ func (h *Handle) WriteAt(p []byte, off int64) (int, error) {
 	if h.append {
 		off = d.size
 	}
-	if off+int64(len(p)) > maxFileSize {
+	if off+int64(len(p)) > namespace.MaxFileSize {
 		return 0, wsErr("write", ino, "", syscall.EFBIG)
 	}
 	if err := h.w.writeDirty(d, p, off); err != nil {
@@ -224,197 +263,6 @@ func (h *Handle) WriteAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
-// dirtyLocked returns n's dirty content, creating it from the published
-// content if needed (withOld=false starts empty: O_TRUNC skips the copy).
-func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error) {
-	lv := liveFor(n)
-	if lv.dirty != nil {
-		return lv.dirty, nil
-	}
-	d := &dirty{mtime: n.Mtime, ctime: n.Ctime}
-	if withOld && n.Size > 0 {
-		switch {
-		case !n.Content.IsObject:
-			d.mem = append([]byte(nil), n.Content.Inline...)
-			d.size = int64(len(d.mem))
-		case n.Size <= uint64(w.opts.SpillSize):
-			b, err := w.pool.ReadAll(pool.ID(n.Content.Object))
-			if err != nil {
-				return nil, errno(err)
-			}
-			if uint64(len(b)) != n.Size {
-				return nil, &ioError{fmt.Errorf("object %s has %d bytes, inode size %d", pool.ID(n.Content.Object), len(b), n.Size)}
-			}
-			d.mem, d.size = b, int64(len(b))
-		default:
-			o, err := w.objectLocked(n, lv)
-			if err != nil {
-				return nil, err
-			}
-			src := o.f
-			if err := w.spill(d); err != nil {
-				return nil, err
-			}
-			d.hash = nil // the copied content is not hashed here
-			if _, err := io.Copy(io.NewOffsetWriter(d.f, 0), io.NewSectionReader(src, 0, int64(n.Size))); err != nil {
-				w.discard(d)
-				return nil, errno(err)
-			}
-			d.size = int64(n.Size)
-		}
-	}
-	lv.dirty = d
-	return d, nil
-}
-
-// spill moves d's bytes into a new staging file.
-func (w *Workspace) spill(d *dirty) error {
-	f, path, err := w.pool.CreateStaging()
-	if err != nil {
-		return errno(err)
-	}
-	if len(d.mem) > 0 {
-		if _, err := f.WriteAt(d.mem, 0); err != nil {
-			f.Close()
-			w.fs.Remove(path)
-			return errno(err)
-		}
-	}
-	h := pool.NewHasher()
-	h.Write(d.mem[:d.size]) // never fails
-	putBuf(d.mem)
-	d.f, d.path, d.mem, d.hash = f, path, nil, h
-	return nil
-}
-
-// discard drops d's staging file, if any.
-func (w *Workspace) discard(d *dirty) {
-	if d.f != nil {
-		d.f.Close()
-		if err := w.fs.Remove(d.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			w.lg.Warn("removing an unused staging file failed; pool GC will remove it", "path", d.path, "err", err)
-		}
-		d.f = nil
-	}
-	putBuf(d.mem)
-	d.mem = nil
-}
-
-func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
-	end := off + int64(len(p))
-	if d.f == nil && end > int64(w.opts.SpillSize) {
-		if err := w.spill(d); err != nil {
-			return err
-		}
-	}
-	if d.f != nil {
-		if _, err := d.f.WriteAt(p, off); err != nil {
-			d.hash = nil
-			return errno(err)
-		}
-		if d.hash != nil && off == d.size {
-			d.hash.Write(p) // never fails
-		} else {
-			d.hash = nil
-		}
-	} else {
-		if end > int64(len(d.mem)) {
-			d.mem = growMem(d.mem, int(end), w.opts.SpillSize)
-		}
-		copy(d.mem[off:], p)
-	}
-	d.size = max(d.size, end)
-	return nil
-}
-
-// growMem returns mem extended to length n (n > len(mem)), the new bytes
-// zero. Capacity at least doubles when it runs out (never beyond limit,
-// the spill size, unless n itself is larger): a file written in 1 MiB
-// WRITE requests is then copied O(size) times in total instead of
-// O(size^2/1 MiB), which an exact-size append costs (measured with
-// BenchmarkLargeFileWrite).
-func growMem(mem []byte, n, limit int) []byte {
-	if n <= cap(mem) {
-		old := len(mem)
-		mem = mem[:n]
-		clear(mem[old:]) // a shrink (truncate) may have left old bytes here
-		return mem
-	}
-	nb := getBuf(min(max(n, 2*cap(mem)), max(n, limit)))[:n]
-	copy(nb, mem)
-	clear(nb[len(mem):]) // a recycled buffer holds old bytes
-	putBuf(mem)
-	return nb
-}
-
-// Dirty buffers between 64 KiB and 8 MiB are recycled through one pool
-// per power-of-two capacity: a fresh multi-megabyte buffer per written
-// file costs page faults and zeroing on every first touch, which
-// dominated the daemon's write path in CPU profiles of the stress
-// workload. A buffer is recycled only by the code that owns it (discard,
-// spill, growMem), after its last use: flushLocked's record encodes
-// inline content by copying it, and pool.Put does not keep its argument.
-const (
-	minPooledShift = 16
-	maxPooledShift = 23
-)
-
-var bufPools [maxPooledShift - minPooledShift + 1]sync.Pool // of *[]byte
-
-// bufClass returns the pool index for capacity c, or -1.
-func bufClass(c int) int {
-	shift := bits.Len(uint(c - 1)) // ceil(log2(c))
-	if c <= 0 || shift < minPooledShift || shift > maxPooledShift {
-		return -1
-	}
-	return shift - minPooledShift
-}
-
-// getBuf returns a buffer of capacity at least c and length c, with
-// arbitrary content.
-func getBuf(c int) []byte {
-	k := bufClass(c)
-	if k < 0 {
-		return make([]byte, c)
-	}
-	if b, ok := bufPools[k].Get().(*[]byte); ok {
-		return (*b)[:c]
-	}
-	return make([]byte, c, 1<<(k+minPooledShift))
-}
-
-// putBuf recycles b, which the caller must not use afterwards.
-func putBuf(b []byte) {
-	k := bufClass(cap(b))
-	if k < 0 || cap(b) != 1<<(k+minPooledShift) {
-		return
-	}
-	b = b[:0]
-	bufPools[k].Put(&b)
-}
-
-func (d *dirty) readAt(p []byte, off int64) (int, error) {
-	if off >= d.size {
-		return 0, nil
-	}
-	if int64(len(p)) > d.size-off {
-		p = p[:d.size-off]
-	}
-	if d.f == nil {
-		return copy(p, d.mem[off:]), nil
-	}
-	c, err := d.f.ReadAt(p, off)
-	if err == io.EOF {
-		// A staging file shorter than size: the tail is a hole.
-		clear(p[c:])
-		return len(p), nil
-	}
-	if err != nil {
-		return c, errno(err)
-	}
-	return c, nil
-}
-
 // truncateLocked sets n's size (zeros when growing) and publishes the new
 // content at once.
 func (w *Workspace) truncateLocked(n *namespace.Inode, size int64) error {
@@ -422,34 +270,20 @@ func (w *Workspace) truncateLocked(n *namespace.Inode, size int64) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case d.f == nil && size > int64(w.opts.SpillSize):
-		if err := w.spill(d); err != nil {
-			return err
-		}
-		fallthrough
-	case d.f != nil:
-		if size != d.size {
-			d.hash = nil
-		}
-		if err := d.f.Truncate(size); err != nil {
-			return errno(err)
-		}
-	case size <= int64(len(d.mem)):
-		d.mem = d.mem[:size]
-	default:
-		d.mem = append(d.mem, make([]byte, size-int64(len(d.mem)))...)
+	if err := w.setSize(d, size); err != nil {
+		return err
 	}
-	d.size = size
 	now := w.now()
 	d.mtime, d.ctime = now, now
 	return w.flushLocked(n)
 }
 
-// flushLocked publishes n's dirty content: inline in a SetContent record up
-// to InlineMax, else as a pool object (Put from memory, or hash and publish
-// the staging file) referenced by the record, which the drain syncs. An
-// orphan (nlink 0) keeps its dirty content: it is never logged.
+// flushLocked publishes n's dirty content in a SetContent record: inline up
+// to InlineMax; else one pool object when it fits one chunk; else its chunk
+// list, after putting the chunks still in memory. The record names the
+// objects put for it, which the drain syncs (unchanged chunks were synced
+// by the group that first named them, which commits first). An orphan
+// (nlink 0) keeps its dirty content: it is never logged.
 func (w *Workspace) flushLocked(n *namespace.Inode) error {
 	lv := liveOf(n)
 	if lv == nil || lv.dirty == nil || n.Nlink == 0 {
@@ -461,66 +295,60 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 	d := lv.dirty
 	rec := &namespace.Record{Op: namespace.OpSetContent, Ino: n.Ino, Size: uint64(d.size), Mtime: d.mtime, Time: d.ctime}
 	var objs []pool.ID
-	counter := &w.bytes.inline // which of Stats' byte counters the content adds to
 	switch {
-	case d.size <= int64(w.opts.InlineMax):
+	case d.chunks != nil && d.size > 1<<d.shift:
+		if err := w.putChunks(d, -1); err != nil {
+			return err
+		}
+		rec.Content = namespace.Content{Chunks: slices.Clone(d.chunks), ChunkShift: d.shift}
+		objs = namedIn(d.put, d.chunks)
+	default:
 		b := d.mem
-		if d.f != nil {
+		if d.chunks != nil {
 			b = make([]byte, d.size)
-			if _, err := (&dirty{f: d.f, size: d.size}).readAt(b, 0); err != nil {
+			if _, err := w.readDirty(lv, d, b, 0); err != nil {
 				return err
 			}
 		}
-		rec.Content.Inline = b[:d.size]
-	case d.f == nil:
-		id, dedup, err := w.pool.Put(d.mem)
+		b = b[:d.size]
+		if d.size <= int64(w.opts.InlineMax) {
+			rec.Content.Inline = b
+			w.bytes.inline.Add(uint64(d.size))
+			break
+		}
+		id, dedup, err := w.pool.Put(b)
 		if err != nil {
 			return errno(err)
 		}
-		counter = pooledCounter(&w.bytes, dedup)
-		rec.Content = namespace.Content{IsObject: true, Object: namespace.ObjectID(id)}
-		objs = []pool.ID{id}
-	default:
-		if err := d.f.Truncate(d.size); err != nil { // the length is the content's
-			return errno(err)
-		}
-		h := d.hash
-		if h == nil {
-			h = pool.NewHasher()
-			if _, err := io.Copy(h, io.NewSectionReader(d.f, 0, d.size)); err != nil {
-				return errno(err)
-			}
-			d.hash = h // the content is unchanged until the next write
-		}
-		id := h.Sum()
-		if err := d.f.Close(); err != nil {
-			return errno(err)
-		}
-		d.f = nil
-		dedup, err := w.pool.PublishStaging(d.path, id)
-		counter = pooledCounter(&w.bytes, dedup)
-		if err != nil {
-			// Keep the dirty content if the staging file is still there (a
-			// later flush retries); if it is gone, so is the new content:
-			// the inode keeps its published content and the caller hears.
-			if f, oerr := w.fs.OpenReadWrite(d.path); oerr == nil {
-				d.f = f
-			} else {
-				lv.dirty = nil
-				w.lg.Error("publishing a staging file failed and it is gone; the file keeps its previous content", "ino", n.Ino, "err", err)
-			}
-			return errno(err)
-		}
+		pooledCounter(&w.bytes, dedup).Add(uint64(d.size))
 		rec.Content = namespace.Content{IsObject: true, Object: namespace.ObjectID(id)}
 		objs = []pool.ID{id}
 	}
 	if err := w.record(rec, objs, true); err != nil {
 		return err
 	}
-	counter.Add(uint64(d.size))
 	w.discard(d)
 	lv.dirty = nil
 	return nil
+}
+
+// namedIn returns the objects of put that chunks names, once each.
+func namedIn(put []pool.ID, chunks []namespace.ObjectID) []pool.ID {
+	if len(put) == 0 {
+		return nil
+	}
+	named := make(map[pool.ID]bool, len(chunks))
+	for _, id := range chunks {
+		named[pool.ID(id)] = true
+	}
+	var out []pool.ID
+	for _, id := range put {
+		if named[id] {
+			out = append(out, id)
+			named[id] = false
+		}
+	}
+	return out
 }
 
 // byteCounters count the file content published since Open, by where it

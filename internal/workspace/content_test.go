@@ -10,10 +10,10 @@ import (
 	"wsfs/internal/pool"
 )
 
-// smallLimits makes inline, pooled and spilled contents cheap to reach.
+// smallLimits makes inline, pooled and chunked contents cheap to reach.
 func smallLimits(e *env) {
 	e.opts.InlineMax = 100
-	e.opts.SpillSize = 1000
+	e.opts.ChunkSize = 1024
 }
 
 func pattern(n int, seed uint64) []byte {
@@ -34,22 +34,25 @@ func TestContentKinds(t *testing.T) {
 				off  int64
 				data []byte
 			}
-			want     []byte
-			isObject bool
+			want []byte
+			kind string // "" inline, "object" or "chunked"
 		}{
 			{name: "empty", want: nil},
 			{name: "inline", writes: wr(0, []byte("tiny")), want: []byte("tiny")},
 			{name: "inline at limit", writes: wr(0, pattern(100, 1)), want: pattern(100, 1)},
-			{name: "pooled from memory", writes: wr(0, pattern(101, 2)), want: pattern(101, 2), isObject: true},
-			{name: "spilled", writes: wr(0, pattern(5000, 3)), want: pattern(5000, 3), isObject: true},
-			{name: "grows past spill", writes: append(wr(0, pattern(900, 4)), wr(900, pattern(900, 5))...),
-				want: append(pattern(900, 4), pattern(900, 5)...), isObject: true},
-			{name: "sparse in memory", writes: wr(500, []byte("x")), want: append(make([]byte, 500), 'x'), isObject: true},
-			{name: "sparse spilled", writes: wr(100000, []byte("end")), want: append(make([]byte, 100000), "end"...), isObject: true},
-			{name: "spilled in appends", writes: append(append(wr(0, pattern(700, 6)), wr(700, pattern(700, 7))...), wr(1400, pattern(700, 8))...),
-				want: append(append(pattern(700, 6), pattern(700, 7)...), pattern(700, 8)...), isObject: true},
-			{name: "spilled then rewritten", writes: append(wr(0, pattern(2000, 9)), wr(10, []byte("XY"))...),
-				want: append(append(append([]byte(nil), pattern(2000, 9)[:10]...), "XY"...), pattern(2000, 9)[12:]...), isObject: true},
+			{name: "one object", writes: wr(0, pattern(101, 2)), want: pattern(101, 2), kind: "object"},
+			{name: "chunked", writes: wr(0, pattern(5000, 3)), want: pattern(5000, 3), kind: "chunked"},
+			{name: "grows past a chunk", writes: append(wr(0, pattern(900, 4)), wr(900, pattern(900, 5))...),
+				want: append(pattern(900, 4), pattern(900, 5)...), kind: "chunked"},
+			{name: "sparse in one chunk", writes: wr(500, []byte("x")), want: append(make([]byte, 500), 'x'), kind: "object"},
+			{name: "sparse chunked", writes: wr(100000, []byte("end")), want: append(make([]byte, 100000), "end"...), kind: "chunked"},
+			{name: "chunked in appends", writes: append(append(wr(0, pattern(700, 6)), wr(700, pattern(700, 7))...), wr(1400, pattern(700, 8))...),
+				want: append(append(pattern(700, 6), pattern(700, 7)...), pattern(700, 8)...), kind: "chunked"},
+			{name: "chunked then rewritten", writes: append(wr(0, pattern(2000, 9)), wr(10, []byte("XY"))...),
+				want: append(append(append([]byte(nil), pattern(2000, 9)[:10]...), "XY"...), pattern(2000, 9)[12:]...), kind: "chunked"},
+			{name: "many chunks, more than stay in memory", writes: wr(0, pattern(20*1024+7, 10)), want: pattern(20*1024+7, 10), kind: "chunked"},
+			{name: "write across chunks", writes: append(wr(0, pattern(3000, 11)), wr(1000, pattern(100, 12))...),
+				want: append(append(append([]byte(nil), pattern(3000, 11)[:1000]...), pattern(100, 12)...), pattern(3000, 11)[1100:]...), kind: "chunked"},
 			{name: "overlapping", writes: append(wr(0, []byte("aaaaaa")), wr(2, []byte("BB"))...), want: []byte("aaBBaa")},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -74,15 +77,14 @@ func TestContentKinds(t *testing.T) {
 				noErr(t, err)
 				eq(t, got[:n], tc.want, "read after flush")
 				noErr(t, h.Release())
-				n0 := w.tree.Get(uint64ToIno(f.Ino))
-				if n0.Content.IsObject != tc.isObject {
-					t.Fatalf("IsObject = %v, want %v", n0.Content.IsObject, tc.isObject)
+				if k := contentKind(&w.tree.Get(uint64ToIno(f.Ino)).Content); k != tc.kind {
+					t.Fatalf("content kind %q, want %q", k, tc.kind)
 				}
 				noErr(t, w.Close())
 				w = e.open()
 				defer w.Close()
 				eq(t, readAll(t, w, f.Ino), tc.want, "after reopen")
-				if tc.isObject {
+				if tc.kind == "object" {
 					data, err := e.pool.ReadAll(pool.ID(w.tree.Get(uint64ToIno(f.Ino)).Content.Object))
 					noErr(t, err)
 					eq(t, data, tc.want, "pool object")
@@ -90,6 +92,16 @@ func TestContentKinds(t *testing.T) {
 			})
 		}
 	})
+}
+
+func contentKind(c *namespace.Content) string {
+	switch {
+	case c.IsChunked():
+		return "chunked"
+	case c.IsObject:
+		return "object"
+	}
+	return ""
 }
 
 type wrt = struct {
@@ -113,12 +125,9 @@ func TestCopyOnWriteAndTruncate(t *testing.T) {
 			A(t)(w.GetAttr(f.Ino))
 			_, err := h.WriteAt([]byte("XY"), int64(size/2))
 			noErr(t, err)
-			if oldContent.IsObject {
-				data, err := e.pool.ReadAll(pool.ID(oldContent.Object))
-				noErr(t, err)
-				eq(t, data, orig, "published object after overwrite")
-			} else {
-				eq(t, oldContent.Inline, orig, "published inline after overwrite")
+			snapshot := &namespace.Inode{Size: uint64(size), Content: oldContent}
+			if got, want := w.contentID(snapshot), namespace.ObjectID(pool.Sum(orig)); got != want {
+				t.Fatalf("published %s content changed after an overwrite", contentKind(&oldContent))
 			}
 			noErr(t, h.Release()) // flushes: last handle
 			want := append([]byte(nil), orig...)
@@ -189,12 +198,10 @@ func TestUnlinkWhileOpen(t *testing.T) {
 	})
 }
 
-// TestLargeSparse writes past 4 GiB into a sparse staging file on the OS
-// file system, publishes it, and reads the hole and the data back.
+// TestLargeSparse writes past 4 GiB on the OS file system, publishes it,
+// and reads the hole and the data back. The hole is a run of hole chunks:
+// nothing is written or hashed for it.
 func TestLargeSparse(t *testing.T) {
-	if testing.Short() {
-		t.Skip("hashes 4 GiB of zeros")
-	}
 	e := diskEnv(t)
 	w := e.open()
 	defer w.Close()
@@ -214,8 +221,14 @@ func TestLargeSparse(t *testing.T) {
 	n, err = h.ReadAt(buf, 1<<31)
 	noErr(t, err)
 	eq(t, buf[:n], make([]byte, 32), "hole")
-	if _, ok := h.ObjectFile(); !ok {
-		t.Fatal("no passthrough object file for a clean pooled file")
+	c := w.tree.Get(uint64ToIno(f.Ino)).Content
+	objs := 0
+	c.Objects(func(namespace.ObjectID) { objs++ })
+	if !c.IsChunked() || objs != 1 {
+		t.Fatalf("content chunked=%v with %d objects, want chunked with 1 object", c.IsChunked(), objs)
+	}
+	if _, ok := h.ObjectFile(); ok {
+		t.Fatal("passthrough object file for chunked content")
 	}
 	if a := A(t)(w.GetAttr(f.Ino)); a.Size != off+12 {
 		t.Fatalf("size %d", a.Size)

@@ -176,7 +176,7 @@ func crashRun(t *testing.T, seed uint64, nops int) (snaps []string, points []clo
 	mem := vfs.NewCrashableMem()
 	e := newEnv(t, mem, "/host")
 	e.opts.InlineMax = 64
-	e.opts.SpillSize = 256
+	e.opts.ChunkSize = 256
 	e.opts.GroupRecords = 4
 	e.opts.GroupWindow = 200 * time.Microsecond
 	if seed%2 == 0 {

@@ -23,10 +23,11 @@ func (a *armed) MaybeError(op vfs.Op, path string) error {
 }
 
 // TestFaults injects EIO, ENOSPC and short writes into the object sync, the
-// log write and sync, and staging writes. The operation that meets the
+// log write and sync, and object and chunk puts. The operation that meets the
 // fault must fail with EIO or ENOSPC inside a *Error; an fsync acknowledged
 // before the fault must survive a crash afterwards; whatever the crash
-// leaves of the victim file is whole (empty or all of it), never torn.
+// leaves of the victim file is whole (empty or all the writes that
+// succeeded), never torn.
 func TestFaults(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -44,7 +45,9 @@ func TestFaults(t *testing.T) {
 		{"log syncdata EIO", func() *errorfs.Rule { return errorfs.Always(errorfs.OpSyncData, "*.seg", syscall.EIO) }, 10, "fsync", true},
 		{"log write EIO", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "*.seg", syscall.EIO) }, 10, "fsync", true},
 		{"log short write", func() *errorfs.Rule { return errorfs.ShortWriteOnNth("*.seg", 1) }, 10, "fsync", true},
-		{"staging write ENOSPC", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "/pool/tmp/", syscall.ENOSPC) }, 5000, "write", false},
+		// A write that fills more chunks than stay in memory puts some.
+		{"chunk put ENOSPC", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "/pool/tmp/", syscall.ENOSPC) }, 5000, "flush", false},
+		{"chunk put ENOSPC in a write", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "/pool/tmp/", syscall.ENOSPC) }, 20000, "write", false},
 		{"put write EIO", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "/pool/tmp/", syscall.EIO) }, 500, "flush", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,7 +65,14 @@ func TestFaults(t *testing.T) {
 			v := A(t)(w.Create(RootIno, "victim", 0o644, me))
 			h := H(t)(w.OpenFile(v.Ino, syscall.O_RDWR))
 			step, err := "", error(nil)
-			if _, err = h.WriteAt(content, 0); err != nil {
+			// Written in chunk-size requests, as the kernel sends them.
+			written := 0
+			for off := 0; off < len(content) && err == nil; off += e.opts.ChunkSize {
+				var k int
+				k, err = h.WriteAt(content[off:min(off+e.opts.ChunkSize, len(content))], int64(off))
+				written += k
+			}
+			if err != nil {
 				step = "write"
 			} else if err = h.Flush(); err != nil {
 				step = "flush"
@@ -110,14 +120,14 @@ func TestFaults(t *testing.T) {
 			clone := mem.CrashClone()
 			p, err := pool.Open(clone, "/host/pool", pool.Options{})
 			noErr(t, err)
-			w2, err := Open(Options{FS: clone, Dir: e.opts.Dir, Pool: p, Logger: quiet, InlineMax: 100, SpillSize: 1000})
+			w2, err := Open(Options{FS: clone, Dir: e.opts.Dir, Pool: p, Logger: quiet, InlineMax: 100, ChunkSize: 1024})
 			noErr(t, err)
 			defer w2.Close()
 			eq(t, readAll(t, w2, lookupPath(t, w2, "before").Ino), []byte("acknowledged"), "acknowledged file")
 			if a, err := w2.Lookup(RootIno, "victim"); err == nil {
 				got := readAll(t, w2, a.Ino)
-				if len(got) != 0 && !bytes.Equal(got, content) {
-					t.Fatalf("victim is torn: %d bytes", len(got))
+				if len(got) != 0 && !bytes.Equal(got, content[:written]) {
+					t.Fatalf("victim is torn: %d bytes, %d written before the fault", len(got), written)
 				}
 				if victimDurable && !bytes.Equal(got, content) {
 					t.Fatal("victim not durable after a successful Sync")

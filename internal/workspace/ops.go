@@ -232,7 +232,7 @@ func (w *Workspace) SetAttr(ino Ino, in SetAttrIn) (Attr, error) {
 			return Attr{}, wsErr("truncate", ino, "", syscall.EISDIR)
 		case !n.IsReg():
 			return Attr{}, wsErr("truncate", ino, "", syscall.EINVAL)
-		case *in.Size > maxFileSize:
+		case *in.Size > namespace.MaxFileSize:
 			return Attr{}, wsErr("truncate", ino, "", syscall.EFBIG)
 		}
 		if err := w.truncateLocked(n, int64(*in.Size)); err != nil {

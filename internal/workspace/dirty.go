@@ -1,0 +1,391 @@
+package workspace
+
+import (
+	"bytes"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sort"
+	"sync"
+
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+)
+
+// This file holds the mechanics of dirty content (type dirty, in
+// content.go): creating it from published content, writing, resizing,
+// reading it back, and putting chunks to the pool. Every function here runs
+// with the inode's Mu held.
+
+// chunkLen is the length of chunk i at d's size.
+func (d *dirty) chunkLen(i int) int64 {
+	return min(d.size-int64(i)<<d.shift, 1<<d.shift)
+}
+
+// dirtyLocked returns n's dirty content, creating it from the published
+// content if needed (withOld=false starts empty: O_TRUNC skips the copy).
+// Creating it from chunked content copies only the chunk list.
+func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error) {
+	lv := liveFor(n)
+	if lv.dirty != nil {
+		return lv.dirty, nil
+	}
+	d := &dirty{mtime: n.Mtime, ctime: n.Ctime}
+	if withOld && n.Size > 0 {
+		c := &n.Content
+		switch {
+		case c.IsChunked():
+			d.shift, d.chunks, d.bufs = c.ChunkShift, slices.Clone(c.Chunks), map[int][]byte{}
+			d.size = int64(n.Size)
+		case !c.IsObject:
+			d.mem = append([]byte(nil), c.Inline...)
+			d.size = int64(len(d.mem))
+		case n.Size <= uint64(w.opts.ChunkSize):
+			b, err := w.pool.ReadAll(pool.ID(c.Object))
+			if err != nil {
+				return nil, errno(err)
+			}
+			if uint64(len(b)) != n.Size {
+				return nil, &ioError{fmt.Errorf("object %s has %d bytes, inode size %d", pool.ID(c.Object), len(b), n.Size)}
+			}
+			d.mem, d.size = b, int64(len(b))
+		default:
+			if err := w.splitObject(lv, d, pool.ID(c.Object), int64(n.Size)); err != nil {
+				w.discard(d)
+				return nil, err
+			}
+		}
+	}
+	lv.dirty = d
+	return d, nil
+}
+
+// splitObject makes d the chunked form of one pool object larger than a
+// chunk (content written with a larger chunk size), putting each chunk to
+// the pool. It costs one pass over the object, once.
+func (w *Workspace) splitObject(lv *live, d *dirty, id pool.ID, size int64) error {
+	o, err := w.objectLocked(lv, id)
+	if err != nil {
+		return err
+	}
+	d.shift, d.bufs, d.size = w.shift, map[int][]byte{}, size
+	d.chunks = make([]namespace.ObjectID, namespace.ChunkCount(uint64(size), d.shift))
+	for i := range d.chunks {
+		b := getBuf(1 << d.shift)
+		k, err := o.f.ReadAt(b[:d.chunkLen(i)], int64(i)<<d.shift)
+		if int64(k) != d.chunkLen(i) {
+			putBuf(b)
+			return &ioError{fmt.Errorf("object %s: read %d bytes of chunk %d: %v", id, k, i, err)}
+		}
+		clear(b[k:])
+		d.bufs[i] = b
+		if err := w.putChunk(d, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// toChunks turns small-form d into chunked form.
+func (w *Workspace) toChunks(d *dirty) {
+	d.shift, d.bufs = w.shift, map[int][]byte{}
+	d.chunks = make([]namespace.ObjectID, namespace.ChunkCount(uint64(d.size), d.shift))
+	if d.size > 0 {
+		b := getBuf(1 << d.shift)
+		copy(b, d.mem)
+		clear(b[len(d.mem):])
+		d.bufs[0] = b
+	}
+	putBuf(d.mem)
+	d.mem = nil
+}
+
+// chunkBuf returns chunk i's buffer, creating it if needed: with load, from
+// the chunk's object (at its current length); without, zeroed (the caller
+// overwrites every byte the object held).
+func (w *Workspace) chunkBuf(d *dirty, i int, load bool) ([]byte, error) {
+	if b, ok := d.bufs[i]; ok {
+		return b, nil
+	}
+	b := getBuf(1 << d.shift)
+	if load && i < len(d.chunks) && d.chunks[i] != namespace.HoleChunk {
+		id := pool.ID(d.chunks[i])
+		data, err := w.pool.ReadAll(id)
+		if err != nil {
+			putBuf(b)
+			return nil, errno(err)
+		}
+		if int64(len(data)) != d.chunkLen(i) {
+			putBuf(b)
+			return nil, &ioError{fmt.Errorf("chunk %d: object %s has %d bytes, want %d", i, id, len(data), d.chunkLen(i))}
+		}
+		copy(b, data)
+		clear(b[len(data):])
+	} else {
+		clear(b)
+	}
+	d.bufs[i] = b
+	return b, nil
+}
+
+// putChunk publishes buffered chunk i to the pool (an all-zero chunk
+// becomes a hole) and frees its buffer. On error the buffer stays.
+func (w *Workspace) putChunk(d *dirty, i int) error {
+	b := d.bufs[i]
+	data := b[:d.chunkLen(i)]
+	if isZero(data) {
+		d.chunks[i] = namespace.HoleChunk
+	} else {
+		id, dedup, err := w.pool.Put(data)
+		if err != nil {
+			return errno(err)
+		}
+		pooledCounter(&w.bytes, dedup).Add(uint64(len(data)))
+		d.chunks[i] = namespace.ObjectID(id)
+		d.put = append(d.put, id)
+	}
+	delete(d.bufs, i)
+	putBuf(b)
+	return nil
+}
+
+// putChunks puts every buffered chunk except keep (-1: none), in order.
+func (w *Workspace) putChunks(d *dirty, keep int) error {
+	idx := make([]int, 0, len(d.bufs))
+	for i := range d.bufs {
+		if i != keep {
+			idx = append(idx, i)
+		}
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		if err := w.putChunk(d, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var zeros [64 << 10]byte
+
+func isZero(b []byte) bool {
+	for len(b) > 0 {
+		k := min(len(b), len(zeros))
+		if !bytes.Equal(b[:k], zeros[:k]) {
+			return false
+		}
+		b = b[k:]
+	}
+	return true
+}
+
+// writeDirty writes p at off. It loads what it needs first, so that an
+// error (a chunk that cannot be read or put) leaves the content unchanged.
+func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
+	end := off + int64(len(p))
+	if d.chunks == nil {
+		if end <= int64(w.opts.ChunkSize) {
+			if end > int64(len(d.mem)) {
+				d.mem = growMem(d.mem, int(end), w.opts.ChunkSize)
+			}
+			copy(d.mem[off:], p)
+			d.size = max(d.size, end)
+			return nil
+		}
+		w.toChunks(d)
+	}
+	if len(d.bufs) >= maxDirtyChunks {
+		if err := w.putChunks(d, d.hot); err != nil {
+			return err
+		}
+	}
+	// The first and last chunks written keep bytes outside [off, end):
+	// load them unless the write covers all they hold now.
+	first, last := int(off>>d.shift), int((end-1)>>d.shift)
+	for _, i := range []int{first, last} {
+		if i < len(d.chunks) && (off > int64(i)<<d.shift || end < int64(i)<<d.shift+d.chunkLen(i)) {
+			if _, err := w.chunkBuf(d, i, true); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.resizeChunks(d, max(d.size, end)); err != nil {
+		return err
+	}
+	for pos := off; pos < end; {
+		i := int(pos >> d.shift)
+		b, _ := w.chunkBuf(d, i, false) // never fails without load
+		k := copy(b[pos-int64(i)<<d.shift:], p[pos-off:])
+		pos += int64(k)
+	}
+	d.hot = last
+	return nil
+}
+
+// setSize truncates or extends d to size (zeros when growing).
+func (w *Workspace) setSize(d *dirty, size int64) error {
+	if d.chunks == nil {
+		switch {
+		case size > int64(w.opts.ChunkSize):
+			w.toChunks(d)
+		case size <= int64(len(d.mem)):
+			d.mem = d.mem[:size]
+			d.size = size
+			return nil
+		default:
+			d.mem = growMem(d.mem, int(size), w.opts.ChunkSize)
+			d.size = size
+			return nil
+		}
+	}
+	return w.resizeChunks(d, size)
+}
+
+// resizeChunks sets chunked d's size. A chunk that ends mid-chunk at the
+// old or the new size is loaded first (its object has the old length);
+// extending adds holes, so a large extension costs only its chunk list.
+func (w *Workspace) resizeChunks(d *dirty, size int64) error {
+	old := d.size
+	if size == old {
+		return nil
+	}
+	mask := int64(1)<<d.shift - 1
+	for _, e := range []int64{old, size} {
+		if i := int(e >> d.shift); e&mask != 0 && i < len(d.chunks) {
+			if _, err := w.chunkBuf(d, i, true); err != nil {
+				return err
+			}
+		}
+	}
+	n := namespace.ChunkCount(uint64(size), d.shift)
+	if size < old {
+		for i, b := range d.bufs {
+			if i >= n {
+				putBuf(b)
+				delete(d.bufs, i)
+			}
+		}
+		if b, ok := d.bufs[n-1]; ok && size&mask != 0 {
+			clear(b[size&mask:])
+		}
+		d.chunks = d.chunks[:n]
+	} else {
+		d.chunks = append(d.chunks, make([]namespace.ObjectID, n-len(d.chunks))...)
+	}
+	d.size = size
+	return nil
+}
+
+// readDirty reads d at off (short at EOF, no error), through lv's object
+// cache for chunks not in memory.
+func (w *Workspace) readDirty(lv *live, d *dirty, p []byte, off int64) (int, error) {
+	if off >= d.size {
+		return 0, nil
+	}
+	if int64(len(p)) > d.size-off {
+		p = p[:d.size-off]
+	}
+	if d.chunks == nil {
+		return copy(p, d.mem[off:]), nil
+	}
+	done := 0
+	for done < len(p) {
+		pos := off + int64(done)
+		i := int(pos >> d.shift)
+		start := int64(i) << d.shift
+		piece := p[done:min(len(p), done+int(start+d.chunkLen(i)-pos))]
+		if b, ok := d.bufs[i]; ok {
+			copy(piece, b[pos-start:])
+		} else if id := pool.ID(d.chunks[i]); id == pool.ID(namespace.HoleChunk) {
+			clear(piece)
+		} else {
+			o, err := w.objectLocked(lv, id)
+			if err != nil {
+				return done, err
+			}
+			if k, err := o.f.ReadAt(piece, pos-start); k < len(piece) {
+				return done + k, &ioError{fmt.Errorf("chunk %d: object %s: read %d of %d bytes at %d: %v", i, id, k, len(piece), pos-start, err)}
+			}
+		}
+		done += len(piece)
+	}
+	return done, nil
+}
+
+// discard frees d's buffers. Chunks it already put stay in the pool,
+// unreferenced, until pool GC.
+func (w *Workspace) discard(d *dirty) {
+	for i, b := range d.bufs {
+		putBuf(b)
+		delete(d.bufs, i)
+	}
+	putBuf(d.mem)
+	d.mem = nil
+}
+
+// growMem returns mem extended to length n (n > len(mem)), the new bytes
+// zero. Capacity at least doubles when it runs out (never beyond limit,
+// the chunk size, unless n itself is larger): a file written in 1 MiB
+// WRITE requests is then copied O(size) times in total instead of
+// O(size^2/1 MiB), which an exact-size append costs (measured with
+// BenchmarkLargeFileWrite).
+func growMem(mem []byte, n, limit int) []byte {
+	if n <= cap(mem) {
+		old := len(mem)
+		mem = mem[:n]
+		clear(mem[old:]) // a shrink (truncate) may have left old bytes here
+		return mem
+	}
+	nb := getBuf(min(max(n, 2*cap(mem)), max(n, limit)))[:n]
+	copy(nb, mem)
+	clear(nb[len(mem):]) // a recycled buffer holds old bytes
+	putBuf(mem)
+	return nb
+}
+
+// Dirty buffers between 64 KiB and 8 MiB are recycled through one pool
+// per power-of-two capacity: a fresh multi-megabyte buffer per written
+// file costs page faults and zeroing on every first touch, which
+// dominated the daemon's write path in CPU profiles of the stress
+// workload. A buffer is recycled only by the code that owns it (discard,
+// putChunk, toChunks, growMem), after its last use: flushLocked's record
+// encodes inline content by copying it, and pool.Put does not keep its
+// argument.
+const (
+	minPooledShift = 16
+	maxPooledShift = 23
+)
+
+var bufPools [maxPooledShift - minPooledShift + 1]sync.Pool // of *[]byte
+
+// bufClass returns the pool index for capacity c, or -1.
+func bufClass(c int) int {
+	shift := bits.Len(uint(c - 1)) // ceil(log2(c))
+	if c <= 0 || shift < minPooledShift || shift > maxPooledShift {
+		return -1
+	}
+	return shift - minPooledShift
+}
+
+// getBuf returns a buffer of capacity at least c and length c, with
+// arbitrary content.
+func getBuf(c int) []byte {
+	k := bufClass(c)
+	if k < 0 {
+		return make([]byte, c)
+	}
+	if b, ok := bufPools[k].Get().(*[]byte); ok {
+		return (*b)[:c]
+	}
+	return make([]byte, c, 1<<(k+minPooledShift))
+}
+
+// putBuf recycles b, which the caller must not use afterwards.
+func putBuf(b []byte) {
+	k := bufClass(cap(b))
+	if k < 0 || cap(b) != 1<<(k+minPooledShift) {
+		return
+	}
+	b = b[:0]
+	bufPools[k].Put(&b)
+}
