@@ -75,6 +75,7 @@ var conformance = []struct {
 	{"ClosedFile", testClosedFile},
 	{"ConcurrentPublish", testConcurrentPublish},
 	{"StatfsSyncFS", testStatfsSyncFS},
+	{"StartWriteback", testStartWriteback},
 }
 
 func TestConformance(t *testing.T) {
@@ -656,4 +657,47 @@ func testStatfsSyncFS(t *testing.T, fsys FS, dir string) {
 	}
 	defer f.Close()
 	_ = f.Fd() // must not panic; the value is checked per implementation in TestConformance
+}
+
+// testStartWriteback: starting writeback succeeds on a written file (open
+// for writing or read-only) and on a directory, changes nothing visible,
+// and fails on a closed file.
+func testStartWriteback(t *testing.T, fsys FS, dir string) {
+	name := filepath.Join(dir, "a")
+	data := bytes.Repeat([]byte("writeback"), 10000)
+	f, err := fsys.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.StartWriteback(); err != nil {
+		t.Fatalf("StartWriteback of a written file: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.StartWriteback(); err == nil {
+		t.Fatal("StartWriteback after Close succeeded")
+	}
+	ro, err := fsys.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.StartWriteback(); err != nil {
+		t.Fatalf("StartWriteback on a read-only descriptor: %v", err)
+	}
+	ro.Close()
+	d, err := fsys.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StartWriteback(); err != nil {
+		t.Fatalf("StartWriteback on a directory: %v", err)
+	}
+	d.Close()
+	if got := readFile(t, fsys, name); got != string(data) {
+		t.Fatalf("after StartWriteback the file reads %d bytes, want %d", len(got), len(data))
+	}
 }

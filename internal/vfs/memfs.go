@@ -840,6 +840,19 @@ func (f *memFile) sync(op string, kind Op) error {
 	return nil
 }
 
+// StartWriteback does nothing but check that the file is open: the model
+// has no page cache to write back, and a hint is not a sync, so what a
+// crash keeps (CrashClone) is unchanged. It is not reported to the hook,
+// which sees only durability-relevant operations.
+func (f *memFile) StartWriteback() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return pathErr("sync_file_range", f.name, os.ErrClosed)
+	}
+	return nil
+}
+
 func (f *memFile) Truncate(size int64) error {
 	f.mu.Lock()
 	err := f.truncate(size)

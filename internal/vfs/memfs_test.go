@@ -202,6 +202,21 @@ func TestMemFSCrash(t *testing.T) {
 				t.Fatal(err)
 			}
 		}}, map[string]string{"/d/": ""}},
+		{"started writeback is not a sync", []step{
+			create("/d/a", "A", true), syncDir("/d"), func(t *testing.T, m *MemFS) {
+				f, err := m.OpenReadWrite("/d/a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if _, err := f.WriteAt([]byte("B"), 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.StartWriteback(); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			map[string]string{"/d/": "", "/d/a": "A"}},
 		{"syncfs makes everything durable", []step{
 			mkdir("/d/x"), create("/d/x/f", "F", false), func(t *testing.T, m *MemFS) {
 				if err := m.SyncFS("/"); err != nil {

@@ -7,24 +7,25 @@ type Op int
 
 // Operation kinds. The values are not persisted anywhere.
 const (
-	OpCreate   Op = iota + 1 // Create, CreateExcl (a new or truncated file)
-	OpOpen                   // Open, OpenReadWrite, OpenDir
-	OpRead                   // File.Read, File.ReadAt
-	OpWrite                  // File.Write, File.WriteAt
-	OpSync                   // File.Sync (files and directories)
-	OpSyncData               // File.SyncData
-	OpTruncate               // File.Truncate
-	OpRename                 // FS.Rename
-	OpLink                   // FS.Link
-	OpRemove                 // FS.Remove, FS.RemoveAll
-	OpMkdir                  // FS.MkdirAll
-	OpList                   // FS.List
-	OpStat                   // FS.Stat, File.Stat
-	OpChtimes                // FS.Chtimes
-	OpLock                   // FS.Lock
-	OpSyncFS                 // FS.SyncFS
-	OpStatfs                 // FS.Statfs
-	OpClose                  // File.Close
+	OpCreate         Op = iota + 1 // Create, CreateExcl (a new or truncated file)
+	OpOpen                         // Open, OpenReadWrite, OpenDir
+	OpRead                         // File.Read, File.ReadAt
+	OpWrite                        // File.Write, File.WriteAt
+	OpSync                         // File.Sync (files and directories)
+	OpSyncData                     // File.SyncData
+	OpTruncate                     // File.Truncate
+	OpRename                       // FS.Rename
+	OpLink                         // FS.Link
+	OpRemove                       // FS.Remove, FS.RemoveAll
+	OpMkdir                        // FS.MkdirAll
+	OpList                         // FS.List
+	OpStat                         // FS.Stat, File.Stat
+	OpChtimes                      // FS.Chtimes
+	OpLock                         // FS.Lock
+	OpSyncFS                       // FS.SyncFS
+	OpStatfs                       // FS.Statfs
+	OpClose                        // File.Close
+	OpStartWriteback               // File.StartWriteback
 )
 
 var opNames = map[Op]string{
@@ -46,6 +47,8 @@ var opNames = map[Op]string{
 	OpSyncFS:   "syncfs",
 	OpStatfs:   "statfs",
 	OpClose:    "close",
+
+	OpStartWriteback: "startwriteback",
 }
 
 // String returns the lower-case name of the operation ("syncdata").

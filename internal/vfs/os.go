@@ -41,6 +41,34 @@ func (f osFile) SyncData() error {
 	}
 }
 
+// StartWriteback calls sync_file_range(2) over the whole file with
+// SYNC_FILE_RANGE_WRITE only: the kernel submits writeback of the dirty
+// pages and returns without waiting. Without a WAIT flag it neither checks
+// nor advances the file's writeback error sequence, so an I/O error is
+// still reported to a later fsync or fdatasync (on any descriptor). It
+// works on a read-only descriptor and on a directory.
+func (f osFile) StartWriteback() error {
+	rc, err := f.File.SyscallConn()
+	if err != nil {
+		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: err}
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = unix.SyncFileRange(int(fd), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+			if serr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: err}
+	}
+	if serr != nil {
+		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: serr}
+	}
+	return nil
+}
+
 func wrap(f *os.File, err error) (File, error) {
 	if err != nil {
 		return nil, err

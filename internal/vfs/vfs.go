@@ -48,6 +48,15 @@ type File interface {
 	Sync() error
 	SyncData() error
 	Truncate(size int64) error
+	// StartWriteback asks the OS to start writing the file's dirty pages
+	// to disk now, without waiting for the I/O. It is a hint, not a
+	// durability point: it writes no metadata and proves nothing; only
+	// Sync or SyncData makes data durable. It must not consume a writeback
+	// error either, so that a later Sync or SyncData still reports it. An
+	// error means the submission itself failed (e.g. EIO, ENOSPC): the
+	// data may never be written. An implementation that cannot start
+	// writeback (in-memory ones) returns nil; on a closed file it fails.
+	StartWriteback() error
 	// Fd returns the OS file descriptor, or ^uintptr(0) when the file is not
 	// backed by the OS (in-memory implementations).
 	Fd() uintptr

@@ -69,6 +69,8 @@ const (
 	OpSyncFS   = vfs.OpSyncFS
 	OpStatfs   = vfs.OpStatfs
 	OpClose    = vfs.OpClose
+
+	OpStartWriteback = vfs.OpStartWriteback
 	// OpAny matches every kind of operation.
 	OpAny vfs.Op = 0
 )
@@ -463,6 +465,13 @@ func (f *file) Truncate(size int64) error {
 		return err
 	}
 	return f.f.Truncate(size)
+}
+
+func (f *file) StartWriteback() error {
+	if err := f.fs.check(OpStartWriteback, f.name); err != nil {
+		return err
+	}
+	return f.f.StartWriteback()
 }
 
 func (f *file) Fd() uintptr { return f.f.Fd() }

@@ -224,3 +224,33 @@ func TestRuleErr(t *testing.T) {
 		t.Fatalf("write error %v is not the rule's error %v", err, r.Err())
 	}
 }
+
+// TestStartWriteback: StartWriteback is an operation kind of its own (a
+// fault can be injected into it alone), and otherwise reaches the
+// underlying file.
+func TestStartWriteback(t *testing.T) {
+	r := OnNth(OpStartWriteback, "*.obj", 1, syscall.EIO)
+	fsys := Wrap(newMem(t), Rules(r, Always(OpSyncData, "", syscall.EIO)))
+	f, err := fsys.Create("/d/a.obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.StartWriteback()
+	var pe *os.PathError
+	if !errors.Is(err, syscall.EIO) || !errors.As(err, new(*InjectedError)) || !errors.As(err, &pe) || pe.Path != "/d/a.obj" {
+		t.Fatalf("first StartWriteback = %v; want the injected EIO as *os.PathError for /d/a.obj", err)
+	}
+	if err := f.StartWriteback(); err != nil {
+		t.Fatalf("second StartWriteback = %v; want it let through", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = f.StartWriteback()
+	if !errors.Is(err, os.ErrClosed) || errors.As(err, new(*InjectedError)) {
+		t.Fatalf("StartWriteback after Close = %v; want the underlying file's ErrClosed, not an injected fault", err)
+	}
+	if r.Matched() != 3 || r.Injected() != 1 {
+		t.Fatalf("Matched %d Injected %d, want 3 and 1", r.Matched(), r.Injected())
+	}
+}
