@@ -3,7 +3,7 @@
 //
 //	POOL/format                                        layout version ("wsfs-pool-layout 2")
 //	POOL/objects/<first hex digit>/<64 hex digits>     published objects
-//	POOL/tmp/<kind>-<random>                           temps, staging files, GC graveyard
+//	POOL/tmp/<kind>-<random>                           Put and repair temps, GC graveyard
 //
 // Sixteen fan-out directories, not 256: the drain syncs every fan-out
 // directory holding an object of the group, and a group of 200 objects hit
@@ -32,17 +32,16 @@
 // commit depends on it. With link-if-absent the first published inode stays
 // in place for as long as the object exists, and a reader's open file keeps
 // meaning the same inode. The only code that replaces an object's inode is
-// repair (Republish, and Put/PublishStaging healing a damaged object), and it
-// syncs the new inode before renaming it into place, so whichever directory
-// entry survives a crash names durable bytes.
+// repair (Republish, and Put healing a damaged object), and it syncs the new
+// inode before renaming it into place, so whichever directory entry survives
+// a crash names durable bytes.
 //
 // Publication does not sync anything, but for objects of 64 KiB or more it
-// starts writeback of the new content (sync_file_range
-// SYNC_FILE_RANGE_WRITE on Linux), so that by the time the drain
-// fdatasyncs the object its pages are written or in flight: the write
-// moves from the drain, which every fsync waiter of the group waits for,
-// to publication, which runs ahead of it.
-// That is a hint, never proof: only the drain's fdatasync makes the data
+// starts writeback of the new content (vfs.File.StartWriteback:
+// sync_file_range SYNC_FILE_RANGE_WRITE on the OS), so that by the time the
+// drain fdatasyncs the object its pages are written or in flight: the write
+// moves from the drain, which every fsync waiter of the group waits for, to
+// publication, which runs ahead of it. That is a hint, never proof: only the drain's fdatasync makes the data
 // durable, and a writeback error still reaches it (the hint does not wait,
 // so it does not consume the error). A failure to start writeback fails
 // the publication. Fan-out directories are created on demand with MkdirAll
@@ -81,16 +80,16 @@
 // shorter than MinGrace, one hour). GC moves a candidate into POOL/tmp before deleting it and checks
 // its mtime again there; if a Protect raced with it, GC puts the object
 // back and syncs its directory. The same grace period applies to temps in
-// POOL/tmp, so a staging file must not sit unwritten for longer than the
-// grace period.
+// POOL/tmp: a temp lives only for the length of one Put or repair, so an
+// older one was left by a crashed process.
 //
 // # Reads
 //
 // Open and ReadAll verify that the bytes hash to the object's ID; a mismatch
 // is a *CorruptObjectError, never wrong bytes. Open verifies an object once
 // per process (and again if its size changed); ReadAll verifies every time.
-// A corrupt object is remembered, and the next Put or PublishStaging of its
-// content replaces it durably.
+// A corrupt object is remembered, and the next Put of its content replaces
+// it durably.
 //
 // # Failed syncs (fsyncgate)
 //

@@ -72,7 +72,7 @@ func BenchmarkDrainPhases(b *testing.B) {
 }
 
 // BenchmarkDrainWriteback compares publication with and without
-// startWriteback on the OS file system, paired: each iteration publishes
+// File.StartWriteback on the OS file system, paired: each iteration publishes
 // and drains one group in a pool that starts writeback at publication and
 // one group in a pool that does not, alternating which goes first, so that
 // load drift on a shared machine hits both alike. Both pools live through

@@ -16,7 +16,7 @@ type GCStats struct {
 	Removed int   // objects removed
 	Bytes   int64 // bytes of the removed objects
 	// TempsRemoved counts stale temps removed from POOL/tmp (left by
-	// crashed publishers, abandoned staging files, interrupted GC).
+	// crashed publishers and repairs, interrupted GC).
 	TempsRemoved int
 	TempBytes    int64
 }
@@ -32,8 +32,8 @@ const gcLockName = "gc.lock"
 //
 // grace must be at least MinGrace and far longer than a commit window: an object that
 // a group deduplicated against is protected only by its mtime until the
-// group has committed its reference. It must also be longer than any
-// staging file stays unwritten.
+// group has committed its reference. (A temp lives only as long as one
+// Put or repair, so any temp older than grace was abandoned by a crash.)
 //
 // A candidate is first moved into POOL/tmp and its mtime checked again
 // there: a Protect that raced with GC either happened before the move (then

@@ -1,9 +1,12 @@
 package pool
 
 import (
+	"bytes"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"wsfs/internal/vfs"
@@ -142,43 +145,58 @@ func writeFile(t *testing.T, fsys vfs.FS, name, data string) {
 	}
 }
 
-// TestWritebackLargeObjects publishes objects at and above writebackMin on
-// the OS file system (where startWriteback issues sync_file_range) by Put
-// and by PublishStaging, drains them and reads them back.
-func TestWritebackLargeObjects(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "pool")
-	p := openPool(t, vfs.Default, dir, Options{})
-	big := content(900, writebackMin)
-	id, _, err := p.Put(big)
-	if err != nil {
-		t.Fatalf("Put of %d bytes: %v", len(big), err)
-	}
-	staged := content(901, 3*writebackMin+5)
-	f, path, err := p.CreateStaging()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(staged); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	sid := Sum(staged)
-	if _, err := p.PublishStaging(path, sid); err != nil {
-		t.Fatalf("PublishStaging of %d bytes: %v", len(staged), err)
-	}
-	// startWriteback on a read-only descriptor, as PublishStaging uses.
-	if err := p.startWritebackPath(p.Path(sid)); err != nil {
-		t.Fatalf("startWriteback on a read-only descriptor: %v", err)
-	}
-	if err := p.SyncObjects([]ID{id, sid}, 0); err != nil {
-		t.Fatal(err)
-	}
-	for want, id := range map[*[]byte]ID{&big: id, &staged: sid} {
-		got, err := p.ReadAll(id)
-		if err != nil || string(got) != string(*want) {
-			t.Fatalf("ReadAll(%s): %d bytes, %v; want %d bytes", id, len(got), err, len(*want))
-		}
+// TestPutStartsWriteback: Put starts writeback (File.StartWriteback, on the
+// OS sync_file_range) of exactly the new objects of writebackMin bytes or
+// more, on the temp it wrote; a dedup hit starts nothing. The objects then
+// drain and read back intact.
+func TestPutStartsWriteback(t *testing.T) {
+	for _, fc := range fsCases {
+		t.Run(fc.name, func(t *testing.T) {
+			base, dir := fc.new(t)
+			var started []string
+			var mu sync.Mutex
+			fsys := injectFunc(base, func(op vfs.Op, path string) {
+				if op == vfs.OpStartWriteback {
+					mu.Lock()
+					started = append(started, path)
+					mu.Unlock()
+				}
+			})
+			p := openPool(t, fsys, dir, Options{})
+			sizes := []int{writebackMin - 1, writebackMin, 3*writebackMin + 5}
+			var ids []ID
+			for i, size := range sizes {
+				data := content(uint64(900+i), size)
+				id, dedup, err := p.Put(data)
+				if err != nil || dedup {
+					t.Fatalf("Put of %d bytes: dedup=%v err=%v; want a new object", size, dedup, err)
+				}
+				ids = append(ids, id)
+				if _, dedup, err := p.Put(data); err != nil || !dedup {
+					t.Fatalf("second Put of %d bytes: dedup=%v err=%v; want dedup", size, dedup, err)
+				}
+			}
+			mu.Lock()
+			got := slices.Clone(started)
+			mu.Unlock()
+			if len(got) != 2 {
+				t.Fatalf("writeback started on %q; want 2 calls (the objects of %d and %d bytes)", got, sizes[1], sizes[2])
+			}
+			for _, path := range got {
+				if filepath.Dir(path) != filepath.Join(dir, tmpDir) || !strings.HasPrefix(filepath.Base(path), putPrefix) {
+					t.Errorf("writeback started on %s; want a Put temp in %s", path, filepath.Join(dir, tmpDir))
+				}
+			}
+			if err := p.SyncObjects(ids, 0); err != nil {
+				t.Fatal(err)
+			}
+			for i, id := range ids {
+				got, err := openPool(t, base, dir, Options{}).ReadAll(id)
+				if err != nil || !bytes.Equal(got, content(uint64(900+i), sizes[i])) {
+					t.Fatalf("ReadAll(%s): %d bytes, %v; want %d bytes", id, len(got), err, sizes[i])
+				}
+			}
+			fsck(t, base, dir, 0)
+		})
 	}
 }

@@ -43,11 +43,10 @@ const (
 	fanoutDigits  = 1  // hex digits in a fan-out directory's name
 	fanouts       = 16 // 16^fanoutDigits
 
-	putPrefix       = "put-"     // Put's temp, linked into place then removed
-	stagingPrefix   = "staging-" // CreateStaging
-	repairPrefix    = "repair-"  // Republish and healing
-	gravePrefix     = "gc-"      // GC's graveyard: an object being removed
-	objectPerm      = 0o444      // objects are immutable
+	putPrefix       = "put-"    // Put's temp, linked into place then removed
+	repairPrefix    = "repair-" // Republish and healing
+	gravePrefix     = "gc-"     // GC's graveyard: an object being removed
+	objectPerm      = 0o444     // objects are immutable
 	dirPerm         = 0o755
 	maxCacheEntries = 1 << 20 // per cache; a full cache is cleared (costs re-verifying / re-syncing)
 )
@@ -67,8 +66,8 @@ type Pool struct {
 	tmp     string // dir/tmp
 	log     *slog.Logger
 	now     func() time.Time
-	// writeback: Put and PublishStaging start writeback of new content of
-	// writebackMin bytes or more (startWriteback). Always true outside
+	// writeback: Put starts writeback of new content of writebackMin bytes
+	// or more (vfs.File.StartWriteback). Always true outside
 	// BenchmarkDrainWriteback's comparison.
 	writeback bool
 
@@ -84,7 +83,7 @@ type Pool struct {
 		// re-publication (by GC and another process) cannot happen before.
 		durable map[ID]time.Time
 		// corrupt holds IDs whose object failed verification here; the next
-		// Put or PublishStaging of that content repairs it.
+		// Put of that content repairs it.
 		corrupt map[ID]struct{}
 		// fanout is the state of objects/<x> for each fan-out directory,
 		// indexed by fanoutIndex.
@@ -312,7 +311,11 @@ func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 	}
 	_, werr := f.Write(data)
 	if werr == nil && p.writeback && len(data) >= writebackMin {
-		werr = startWriteback(f)
+		// A hint, never proof (see writebackMin): a failure to start
+		// fails the Put, since the data may never be written.
+		if err := f.StartWriteback(); err != nil {
+			werr = fmt.Errorf("start writeback: %w", err)
+		}
 	}
 	cerr := f.Close()
 	if werr == nil && cerr != nil {
@@ -338,6 +341,21 @@ func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 	}
 	return id, dedup, nil
 }
+
+// writebackMin is the smallest new object whose publication (Put) starts
+// writeback of its content (vfs.File.StartWriteback: sync_file_range
+// SYNC_FILE_RANGE_WRITE on the OS), so that the drain's fdatasync,
+// typically tens or hundreds of milliseconds later, finds the data written
+// or in flight instead of writing it all itself. It is a hint and proves
+// nothing: the drain's fdatasync remains the only proof of durability, and
+// a writeback error still reaches it (starting writeback does not wait, so
+// it does not consume the error).
+//
+// BenchmarkDrainWriteback, 200 objects per group (docs/benchmarks.md,
+// "Pool drain: directory syncs"): at 16 KiB it did not shorten the drain
+// (16.8 vs 15.6 ms) and made publication 68 % slower; at 64 KiB and
+// 256 KiB it halved the drain (28.4 to 14.5 ms, 50.1 to 27.0 ms).
+const writebackMin = 64 << 10
 
 // errWrongSize marks an existing object whose size differs from the
 // content being published: a damaged object, repaired by the caller.
@@ -414,64 +432,9 @@ func (p *Pool) linkIntoPlace(tmp string, id ID, size int64) (dedup bool, err err
 	}
 }
 
-// CreateStaging creates a fresh, empty file in POOL/tmp (on the objects'
-// file system) for content too large to hold in memory. Write it, compute
-// its ID (NewHasher), then PublishStaging. The file is 0444 on disk; the
-// returned File is open for reading and writing. If it is never published,
-// remove it (or GC removes it after the grace period; so do not leave it
-// unwritten for longer than that).
-func (p *Pool) CreateStaging() (f vfs.File, path string, err error) {
-	return p.createTemp(stagingPrefix)
-}
-
-// PublishStaging publishes the staging file path (from CreateStaging) as
-// object id, which the caller computed over the file's full content. The
-// staging name is gone afterwards. If the object already exists, the
-// staging file is removed and the existing object protected (dedup=true);
-// if the existing object is damaged (known corrupt here, or of another
-// size), the staging file repairs it durably. Nothing else is synced: the
-// caller adds id to its drain set.
-//
-// The caller must not write to the staging file after this call: a File it
-// still holds may now be the object itself. The ID is trusted here: when
-// the staging file becomes the object, this process counts it as verified
-// (the caller hashed exactly these bytes, as Put does for its own); other
-// processes, and this one after a dedup hit, verify it on first Open.
-func (p *Pool) PublishStaging(path string, id ID) (dedup bool, err error) {
-	if filepath.Dir(filepath.Clean(path)) != p.tmp || !hasPrefix(filepath.Base(path), stagingPrefix) {
-		return false, fmt.Errorf("pool: publish staging %s: not a staging file of this pool (want %s/%s*)", path, p.tmp, stagingPrefix)
-	}
-	fi, err := p.fs.Stat(path)
-	if err != nil {
-		return false, fmt.Errorf("pool: publish staging %s as %s: %w", path, id, err)
-	}
-	if p.isCorrupt(id) {
-		return false, p.repairFromTemp(id, path, "it failed verification earlier")
-	}
-	if p.writeback && fi.Size() >= writebackMin {
-		if err := p.startWritebackPath(path); err != nil {
-			return false, fmt.Errorf("pool: publish staging %s as %s: %w", path, id, err)
-		}
-	}
-	dedup, err = p.linkIntoPlace(path, id, fi.Size())
-	if errors.Is(err, errWrongSize) {
-		return false, p.repairFromTemp(id, path, err.Error())
-	}
-	if err == nil && !dedup {
-		// Re-reading a freshly written multi-megabyte object to verify it
-		// cost 3.6-4.6 ms per first read of a file over the spill size.
-		p.mu.Lock()
-		setCache(p.mu.verified, id, fi.Size())
-		p.mu.Unlock()
-	}
-	return dedup, err
-}
-
-func hasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
-
 // Protect sets the object's mtime to now, so that GC's grace period starts
 // again: an unreferenced object survives GC for at least the grace period
-// after the last Protect. Put and PublishStaging call it on a dedup hit.
+// after the last Protect. Put calls it on a dedup hit.
 // It returns a *MissingObjectError if the object does not exist.
 func (p *Pool) Protect(id ID) error {
 	now := p.now()

@@ -313,62 +313,6 @@ func TestMissingObject(t *testing.T) {
 	}
 }
 
-func TestStaging(t *testing.T) {
-	for _, fc := range fsCases {
-		t.Run(fc.name, func(t *testing.T) {
-			fsys, dir := fc.new(t)
-			p := openPool(t, fsys, dir, Options{})
-			t.Cleanup(func() { fsck(t, fsys, dir, 0) })
-			data := content(3, 1<<20+17)
-
-			stage := func() (string, ID) {
-				f, path, err := p.CreateStaging()
-				if err != nil {
-					t.Fatal(err)
-				}
-				h := NewHasher()
-				w := io.MultiWriter(f, h)
-				for rest := data; len(rest) > 0; {
-					n := min(len(rest), 64<<10)
-					if _, err := w.Write(rest[:n]); err != nil {
-						t.Fatal(err)
-					}
-					rest = rest[n:]
-				}
-				if err := f.Close(); err != nil {
-					t.Fatal(err)
-				}
-				return path, h.Sum()
-			}
-			path, id := stage()
-			if filepath.Dir(path) != filepath.Join(dir, "tmp") {
-				t.Errorf("staging file %s is not in the pool's tmp/", path)
-			}
-			if dedup, err := p.PublishStaging(path, id); err != nil || dedup {
-				t.Fatalf("PublishStaging: dedup=%v err=%v", dedup, err)
-			}
-			if _, err := fsys.Stat(path); !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("staging name still exists after publication (stat: %v)", err)
-			}
-			if got, err := p.ReadAll(id); err != nil || !bytes.Equal(got, data) {
-				t.Fatalf("ReadAll after PublishStaging: %d bytes, %v", len(got), err)
-			}
-			path2, id2 := stage()
-			if dedup, err := openPool(t, fsys, dir, Options{}).PublishStaging(path2, id2); err != nil || !dedup {
-				t.Fatalf("second PublishStaging of the same content: dedup=%v err=%v; want dedup", dedup, err)
-			}
-			if _, err := fsys.Stat(path2); !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("deduplicated staging file was not removed (stat: %v)", err)
-			}
-			for _, bad := range []string{p.Path(id), filepath.Join(dir, "elsewhere")} {
-				if _, err := p.PublishStaging(bad, id); err == nil {
-					t.Errorf("PublishStaging(%s) succeeded; want an error (not a staging file)", bad)
-				}
-			}
-		})
-	}
-}
-
 // fakeClock is a settable clock for GC tests.
 type fakeClock struct{ t time.Time }
 
@@ -411,18 +355,25 @@ func TestGC(t *testing.T) {
 					}
 				}
 			}
-			// Temps: one stale, one fresh (a staging file being written).
-			f, stale, err := p.CreateStaging()
+			// Temps: one stale (left by a Put that crashed mid-write), one
+			// fresh (a Put in progress).
+			f, stale, err := p.createTemp(putPrefix)
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.Write([]byte("half a file"))
-			f.Close()
-			f, fresh, err := p.CreateStaging()
+			if _, err := f.Write([]byte("half a file")); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f, fresh, err := p.createTemp(putPrefix)
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.Close()
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
 			clock.t = start.Add(2 * time.Hour)
 			if err := fsys.Chtimes(fresh, clock.t, clock.t); err != nil {
 				t.Fatal(err)
@@ -453,7 +404,7 @@ func TestGC(t *testing.T) {
 				t.Errorf("stale temp survived GC (stat: %v)", err)
 			}
 			if _, err := fsys.Stat(fresh); err != nil {
-				t.Errorf("fresh staging file was removed by GC: %v", err)
+				t.Errorf("fresh temp was removed by GC: %v", err)
 			}
 			fsys.Remove(fresh)
 			fsck(t, fsys, dir, 0)
@@ -546,27 +497,18 @@ func TestOpenVerifiesOnce(t *testing.T) {
 	}
 }
 
-// TestPublishStagingCountsAsVerified: the process that published a staging
-// file (and hashed it) does not read the object back on its first Open;
-// another process does.
-func TestPublishStagingCountsAsVerified(t *testing.T) {
+// TestPutCountsAsVerified: the process that published an object with Put
+// (and hashed its bytes) does not read it back on its first Open; another
+// process does.
+func TestPutCountsAsVerified(t *testing.T) {
 	for _, fc := range fsCases {
 		t.Run(fc.name, func(t *testing.T) {
 			var c opCounter
 			base, dir := fc.new(t)
 			p := openPool(t, c.wrap(base), dir, Options{})
-			data := content(12, 300_000)
-			f, path, err := p.CreateStaging()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.Write(data); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
-			id := Sum(data)
-			if _, err := p.PublishStaging(path, id); err != nil {
-				t.Fatal(err)
+			id, dedup, err := p.Put(content(12, 300_000))
+			if err != nil || dedup {
+				t.Fatalf("Put: dedup=%v err=%v; want a new object", dedup, err)
 			}
 			other := openPool(t, c.wrap(base), dir, Options{})
 			for _, tc := range []struct {
@@ -629,39 +571,6 @@ func TestConcurrentPut(t *testing.T) {
 			}
 			if objects > items || int64(objects) != newCount.Load() {
 				t.Errorf("%d objects on disk, %d Puts reported a new object; want equal and at most %d", objects, newCount.Load(), items)
-			}
-			fsck(t, fsys, dir, 0)
-		})
-	}
-}
-
-// TestPublishStagingRepairs: a staging file whose object exists but is
-// known to be corrupt replaces it.
-func TestPublishStagingRepairs(t *testing.T) {
-	for _, fc := range fsCases {
-		t.Run(fc.name, func(t *testing.T) {
-			fsys, dir := fc.new(t)
-			p := openPool(t, fsys, dir, Options{})
-			data := content(12, 70_000)
-			id, _, err := p.Put(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			overwrite(t, fsys, p.Path(id), func(b []byte) []byte { b[0] ^= 1; return b })
-			if _, err := p.ReadAll(id); !errors.As(err, new(*CorruptObjectError)) {
-				t.Fatalf("ReadAll of the damaged object: %v", err)
-			}
-			f, path, err := p.CreateStaging()
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Write(data)
-			f.Close()
-			if dedup, err := p.PublishStaging(path, id); err != nil || dedup {
-				t.Fatalf("PublishStaging over a corrupt object: dedup=%v err=%v; want a repair", dedup, err)
-			}
-			if got, err := openPool(t, fsys, dir, Options{}).ReadAll(id); err != nil || !bytes.Equal(got, data) {
-				t.Fatalf("after the repair: %v", err)
 			}
 			fsck(t, fsys, dir, 0)
 		})

@@ -416,6 +416,9 @@ func TestPutFaults(t *testing.T) {
 		{"EIO on close", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpClose, "pool/tmp/", 1, syscall.EIO) }},
 		{"EIO on link", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpLink, "pool/objects/", 1, syscall.EIO) }},
 		{"EIO on mkdir", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpMkdir, "pool/objects/", 1, syscall.EIO) }},
+		{"EIO starting writeback", func() *errorfs.Rule {
+			return errorfs.OnNth(errorfs.OpStartWriteback, "put-*", 1, syscall.EIO)
+		}},
 	}
 	for _, tt := range tests {
 		for _, fc := range fsCases {
@@ -425,7 +428,7 @@ func TestPutFaults(t *testing.T) {
 				rule := tt.rule()
 				fsys := errorfs.Wrap(base, rule)
 				q := openPool(t, fsys, dir, Options{})
-				data := content(9, 20_000)
+				data := content(9, writebackMin) // large enough to start writeback
 				_, _, err := q.Put(data)
 				if rule.Injected() != 1 {
 					t.Fatalf("fault injected %d times, want 1", rule.Injected())
