@@ -142,8 +142,8 @@ func writeFileAt(dirfd int, rel string, flags int, mode uint32, data []byte, off
 	return err
 }
 
-// bigFile is the size from which a create is "big": past the engine's
-// default spill size (4 MiB), so its content goes through a staging file.
+// bigFile is the size from which a create is "big": chunked content, five
+// or six of the engine's 1 MiB chunks.
 // The generator keeps at most one big file per round, as every round's
 // check hashes every earlier round again.
 const bigFile = 4<<20 + 1
@@ -367,7 +367,7 @@ func (g *killGen) next() killOp {
 		case x < 10:
 			size = 60<<10 + r.Intn(100<<10) // around and past the inline limit
 		case x == 10 && !m.hasBig():
-			size = bigFile + r.Intn(1<<20) // past the spill size: a staging file
+			size = bigFile + r.Intn(1<<20) // chunked content
 		}
 		op.data = randData(r, size)
 		op.fsync = op.path
