@@ -211,15 +211,17 @@ func crashRun(t *testing.T, seed uint64, nops int) (snaps []string, points []clo
 	var names = []string{"a", "b", "c", "d", "e", "f"}
 	randData := func() []byte {
 		var n int
-		switch r.IntN(4) {
+		switch r.IntN(5) {
 		case 0:
 			n = r.IntN(20)
 		case 1:
 			n = 30 + r.IntN(60) // around InlineMax
 		case 2:
-			n = 100 + r.IntN(200) // pooled, around SpillSize
+			n = 100 + r.IntN(200) // one object, or chunked past ChunkSize
+		case 3:
+			n = 300 + r.IntN(700) // chunked
 		default:
-			n = 300 + r.IntN(700) // spilled
+			n = 1000 + r.IntN(2500) // more chunks than stay in memory
 		}
 		b := make([]byte, n)
 		for i := range b {
