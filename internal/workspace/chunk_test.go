@@ -172,3 +172,45 @@ func TestChunkHoles(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSeekData: SEEK_DATA/SEEK_HOLE over dirty and published chunked
+// content (1 KiB chunks; a buffered chunk counts as data even if zero).
+func TestSeekData(t *testing.T) {
+	envs(t, func(t *testing.T, e *env) {
+		e.opts.ChunkSize = 1024
+		w := e.open()
+		defer w.Close()
+		f := A(t)(w.Create(RootIno, "f", 0o644, me))
+		h := H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))
+		_, err := w.SetAttr(f.Ino, SetAttrIn{Size: ptr(uint64(10 << 10))})
+		noErr(t, err)
+		_, err = h.WriteAt([]byte("x"), 4<<10+5) // dirty chunk 4
+		noErr(t, err)
+		for _, published := range []bool{false, true} {
+			if published {
+				noErr(t, h.Flush())
+			}
+			for _, tc := range []struct {
+				off  int64
+				hole bool
+				want int64 // -1: ENXIO
+			}{
+				{0, false, 4 << 10},
+				{0, true, 0},
+				{4 << 10, true, 5 << 10},
+				{4<<10 + 7, false, 4<<10 + 7},
+				{5 << 10, false, -1},
+				{10<<10 - 1, true, 10<<10 - 1},
+				{10 << 10, true, -1},
+			} {
+				got, err := w.SeekData(f.Ino, tc.off, tc.hole)
+				if tc.want < 0 {
+					mustErrno(t, err, syscall.ENXIO)
+				} else if err != nil || got != tc.want {
+					t.Errorf("published=%v SeekData(%d, hole=%v) = %d, %v; want %d", published, tc.off, tc.hole, got, err, tc.want)
+				}
+			}
+		}
+		noErr(t, h.Release())
+	})
+}

@@ -451,3 +451,44 @@ func (h *Handle) ObjectFile() (vfs.File, bool) {
 	}
 	return f, true
 }
+
+// SeekData implements lseek(2) with SEEK_DATA (hole=false) and SEEK_HOLE
+// (hole=true) on a regular file: the first offset at or after off that is
+// data, or that is in a hole (the end of the file counts as one). Holes are
+// whole hole chunks of chunked content (dirty or published); every other
+// byte is data. ENXIO when off is at or past the end (or, for SEEK_DATA,
+// no data follows).
+func (w *Workspace) SeekData(ino Ino, off int64, hole bool) (int64, error) {
+	n, err := w.lock1(ino)
+	if err != nil {
+		return 0, wsErr("lseek", ino, "", err)
+	}
+	defer n.Mu.Unlock()
+	if !n.IsReg() {
+		return 0, wsErr("lseek", ino, "", syscall.EINVAL)
+	}
+	size, isHole, shift := int64(n.Size), func(int) bool { return false }, uint8(0)
+	if d := liveFor(n).dirty; d != nil {
+		size, isHole, shift = d.size, d.isHoleChunk, d.shift
+	} else if c := n.Content; c.IsChunked() {
+		isHole, shift = func(i int) bool { return c.Chunks[i] == namespace.HoleChunk }, c.ChunkShift
+	}
+	if off < 0 || off >= size {
+		return 0, wsErr("lseek", ino, "", syscall.ENXIO)
+	}
+	if shift == 0 { // no chunks: all data
+		if hole {
+			return size, nil
+		}
+		return off, nil
+	}
+	for i := int(off >> shift); int64(i)<<shift < size; i++ {
+		if isHole(i) == hole {
+			return max(off, int64(i)<<shift), nil
+		}
+	}
+	if hole {
+		return size, nil
+	}
+	return 0, wsErr("lseek", ino, "", syscall.ENXIO)
+}
