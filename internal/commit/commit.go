@@ -27,17 +27,26 @@
 //     (errors.Is syscall.EIO); its records go back to the front of the queue
 //     with their Tickets, and every object of the group is republished
 //     (re-read, verified, rewritten, synced) before the group is tried again;
-//   - a failed log append or sync, a failed republish, or maxDrainAttempts
-//     drain failures in a row fail the committer for good (*FailedError): the
-//     workspace must be remounted, and recovery reads what is durable.
+//   - an append that finds the log's filesystem full (the log reports
+//     ENOSPC or EDQUOT and has kept nothing of the group) does not commit
+//     the group either: its waiters get a *LogFullError (errors.Is
+//     syscall.ENOSPC), its records go back to the front of the queue, and
+//     the flusher tries again every logFullRetry until there is space (or
+//     fails for good if it is closing);
+//   - any other failed log append or sync, a failed republish, or
+//     maxDrainAttempts drain failures in a row fail the committer for good
+//     (*FailedError): the workspace must be remounted, and recovery reads
+//     what is durable.
 package commit
 
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"syscall"
 	"time"
 
 	"wsfs/internal/pool"
@@ -46,7 +55,9 @@ import (
 // Log is the part of the segment log (internal/seglog) the committer uses.
 type Log interface {
 	// Append writes records as one group and returns its number; it does
-	// not sync.
+	// not sync. An error wrapping syscall.ENOSPC or syscall.EDQUOT must
+	// mean that nothing of the group was kept and the log is still usable
+	// (the same records may be appended again); any other error is final.
 	Append(records [][]byte) (group uint64, err error)
 	// Sync makes every appended group durable. A failure is final.
 	Sync() error
@@ -168,6 +179,9 @@ const (
 	// slowIO is the drain or log sync duration above which a warning is
 	// logged.
 	slowIO = time.Second
+	// logFullRetry is how long the flusher waits after an append found
+	// the log's filesystem full before it tries again.
+	logFullRetry = time.Second
 )
 
 // entry is an enqueued record.
@@ -327,7 +341,8 @@ func (c *Committer) Enqueue(recs ...Record) (Ticket, error) {
 
 // Wait returns nil once the record with Ticket t, and so every record before
 // it, is durable. If the group holding t fails its drain, Wait returns that
-// *DrainError (the record stays queued and is retried; waiting again may
+// *DrainError, and if the log's filesystem is full, a *LogFullError (in
+// both cases the record stays queued and is retried; waiting again may
 // succeed). If the committer fails, Wait returns the *FailedError. It
 // returns ctx.Err() if ctx ends first.
 func (c *Committer) Wait(ctx context.Context, t Ticket) error {
@@ -524,8 +539,21 @@ func (c *Committer) flusher() {
 
 		switch {
 		case ready:
-			if c.commitGroup(g) {
+			switch c.commitGroup(g) {
+			case committed:
 				drainFailures = 0
+				continue
+			case logFull:
+				c.mu.Lock()
+				closing := c.mu.closing
+				c.mu.Unlock()
+				if closing {
+					c.fail("log append", fmt.Errorf("closing while the log's filesystem is full: the queued records were never reported durable and are dropped"))
+					return
+				}
+				timer, fire := c.clock.NewTimer(logFullRetry)
+				<-fire
+				timer.Stop()
 				continue
 			}
 			drainFailures++
@@ -588,11 +616,19 @@ func groupObjects(g []entry) []pool.ID {
 	return ids
 }
 
+// outcome is what became of a group commitGroup tried.
+type outcome int
+
+const (
+	committed   outcome = iota // durable, waiters released (or the committer failed for good)
+	drainFailed                // the records are back in the queue; waiters have the *DrainError
+	logFull                    // the records are back in the queue; waiters have the *LogFullError
+)
+
 // commitGroup drains g, appends it to the log and syncs the log, then
-// releases its waiters. It reports false if the drain failed (the records
-// are back in the queue and the waiters have the *DrainError); a log failure
-// fails the committer and reports true (the flusher loop then exits).
-func (c *Committer) commitGroup(g []entry) bool {
+// releases its waiters. A log failure other than a full filesystem fails
+// the committer and reports committed (the flusher loop then exits).
+func (c *Committer) commitGroup(g []entry) outcome {
 	ids := groupObjects(g)
 	start := c.clock.Now()
 	var err error
@@ -620,7 +656,7 @@ func (c *Committer) commitGroup(g []entry) bool {
 	}
 	if err != nil {
 		c.drainFailed(g, ids, err)
-		return false
+		return drainFailed
 	}
 
 	data := make([][]byte, len(g))
@@ -630,13 +666,20 @@ func (c *Committer) commitGroup(g []entry) bool {
 		bytes += len(e.rec.Data)
 	}
 	group, err := c.log.Append(data)
+	if err != nil && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
+		lerr := &LogFullError{First: g[0].t, Last: g[len(g)-1].t, Err: err}
+		c.lg.Error("the log's filesystem is full; the group is not committed, its waiters get ENOSPC, and it is retried until there is space",
+			"first", lerr.First, "last", lerr.Last, "retry_every", logFullRetry, "err", err)
+		c.requeue(g, lerr.Last, lerr)
+		return logFull
+	}
 	if err != nil {
 		c.fail("log append", err)
-		return true
+		return committed
 	}
 	if err := c.log.Sync(); err != nil {
 		c.fail("log sync", err)
-		return true
+		return committed
 	}
 	synced := c.clock.Now()
 	syncDur := synced.Sub(drained)
@@ -665,7 +708,7 @@ func (c *Committer) commitGroup(g []entry) bool {
 	c.releaseLocked(c.mu.durable, nil)
 	c.mu.Unlock()
 
-	return true
+	return committed
 }
 
 // drainFailed puts g back at the front of the queue and fails its waiters.
@@ -673,12 +716,18 @@ func (c *Committer) drainFailed(g []entry, ids []pool.ID, cause error) {
 	derr := &DrainError{Drain: c.opts.Drain, First: g[0].t, Last: g[len(g)-1].t, Objects: len(ids), Err: cause}
 	c.lg.Error("group drain failed; the group is not committed, its waiters get EIO, its objects are republished before a retry",
 		"drain", c.opts.Drain.String(), "first", derr.First, "last", derr.Last, "objects", len(ids), "err", cause)
+	c.requeue(g, derr.Last, derr)
+}
+
+// requeue puts g back at the front of the queue and sends err to the
+// waiters of its records (Tickets up to last).
+func (c *Committer) requeue(g []entry, last Ticket, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := make([]entry, 0, len(g)+len(c.mu.pending))
 	p = append(p, g...)
 	c.mu.pending = append(p, c.mu.pending...)
-	c.releaseLocked(derr.Last, derr)
+	c.releaseLocked(last, err)
 }
 
 // republish rewrites every object of g after a failed drain. A failure fails

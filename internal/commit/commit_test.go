@@ -793,3 +793,45 @@ func TestEarlyDrainFailureTaints(t *testing.T) {
 	mustBarrier(t, h.c)
 	equal(t, "log", h.log.durable(), [][]string{{"r1"}, {"r2"}})
 }
+
+// TestLogFull: an append that finds the log's filesystem full commits
+// nothing, gives the waiters a *LogFullError (ENOSPC), keeps the records
+// queued and retries after logFullRetry; once there is space the same
+// records commit. Closing while the filesystem is still full fails.
+func TestLogFull(t *testing.T) {
+	full := fmt.Errorf("injected: %w", syscall.ENOSPC)
+	h := newHarness(t, Options{Window: time.Hour})
+	h.log.set(func(l *fakeLog) { l.appendErr = full })
+	made := h.clock.timersMade()
+	t1 := mustEnqueue(t, h.c, rec("r1", "A"))
+	err := h.c.Barrier(ctxT(t))
+	var lerr *LogFullError
+	if !errors.As(err, &lerr) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "free space") {
+		t.Fatalf("Barrier with the log full = %v; want a *LogFullError matching ENOSPC that says to free space", err)
+	}
+	equal(t, "failed records", [2]Ticket{lerr.First, lerr.Last}, [2]Ticket{t1, t1})
+	if s := h.c.Stats(); s.Failed != nil || s.Pending != 1 {
+		t.Fatalf("Stats with the log full: failed %v, pending %d; want not failed, 1 pending", s.Failed, s.Pending)
+	}
+	// Space is freed; the retry timer fires and the record commits.
+	h.log.set(func(l *fakeLog) { l.appendErr = nil })
+	h.clock.waitArmed(t, h.clock.Now().Add(logFullRetry), made)
+	h.clock.Advance(logFullRetry)
+	mustWait(t, h.c, t1)
+	equal(t, "log", h.log.durable(), [][]string{{"r1"}})
+	equal(t, "calls", h.rec.list(), []string{
+		"sync-objects [A]", "append [r1]: error",
+		"sync-objects [A]", "append [r1]", "log-sync",
+	})
+
+	h2 := newHarness(t, Options{Window: time.Hour})
+	h2.log.set(func(l *fakeLog) { l.appendErr = full })
+	mustEnqueue(t, h2.c, rec("r2"))
+	var ferr *FailedError
+	if err := h2.c.Close(); !errors.As(err, &ferr) {
+		t.Fatalf("Close with the log full = %v; want a *FailedError", err)
+	}
+	if d := h2.log.durable(); len(d) != 0 {
+		t.Fatalf("log after a Close with the log full: %v, want nothing", d)
+	}
+}

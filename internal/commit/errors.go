@@ -32,8 +32,26 @@ func (e *DrainError) Error() string {
 // Unwrap returns syscall.EIO and the cause.
 func (e *DrainError) Unwrap() []error { return []error{syscall.EIO, e.Err} }
 
+// LogFullError reports that a group was not committed because the log's
+// filesystem is full: nothing of it was appended, its records are queued
+// again, and the committer retries until there is space. Waiting again
+// after space is freed may succeed. errors.Is(err, syscall.ENOSPC) (or
+// EDQUOT) holds: free space on the filesystem holding the workspace state.
+type LogFullError struct {
+	First, Last Ticket // the group's records
+	Err         error  // the log's error, wrapping ENOSPC or EDQUOT
+}
+
+func (e *LogFullError) Error() string {
+	return fmt.Sprintf("commit: records %d..%d were not committed: the filesystem holding the log is full; "+
+		"free space there (they are retried every %v): %v", e.First, e.Last, logFullRetry, e.Err)
+}
+
+func (e *LogFullError) Unwrap() error { return e.Err }
+
 // FailedError reports that the committer has failed for good. It happens
-// when the log's Append or Sync fails (after a failed sync the kernel may
+// when the log's Append fails other than for a full filesystem, or its
+// Sync fails (after a failed sync the kernel may
 // have dropped the dirty pages, so a retried sync would prove nothing), when
 // republishing an object after a failed drain fails, or when drains keep
 // failing. Every waiter of an uncommitted record, every later Enqueue, Wait

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 )
 
 // CorruptError reports damage that is not a torn tail: bytes that a sync
@@ -56,3 +57,24 @@ func (e *failedError) Error() string {
 }
 
 func (e *failedError) Unwrap() []error { return []error{ErrFailed, e.first} }
+
+// NoSpaceError reports an Append that found the log's filesystem full
+// (ENOSPC or EDQUOT). Nothing of the group was kept: the segment was cut
+// back to the end of the previous group (or a half-created segment
+// removed), so the Log stays usable and the same records may be appended
+// again once there is space. It wraps the errno.
+type NoSpaceError struct {
+	Segment string // the segment being written or created
+	Err     error  // the write or create error, wrapping ENOSPC or EDQUOT
+}
+
+func (e *NoSpaceError) Error() string {
+	return fmt.Sprintf("seglog: no space left for the log in %s (nothing was appended; the group can be retried once space is freed): %v", e.Segment, e.Err)
+}
+
+func (e *NoSpaceError) Unwrap() error { return e.Err }
+
+// isNoSpace reports whether err says the filesystem or quota is full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}

@@ -24,10 +24,10 @@ func TestFaults(t *testing.T) {
 		segSize int64
 	}{
 		{"eio-on-syncdata", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpSyncData, "*.seg", 1, syscall.EIO) }, "sync", syscall.EIO, 0},
-		{"enospc-on-write", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, syscall.ENOSPC) }, "append", syscall.ENOSPC, 0},
-		{"short-write-enospc", func() *errorfs.Rule {
-			return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, errorfs.Short(syscall.ENOSPC))
-		}, "append", syscall.ENOSPC, 0},
+		{"eio-on-write", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, syscall.EIO) }, "append", syscall.EIO, 0},
+		{"short-write-eio", func() *errorfs.Rule {
+			return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, errorfs.Short(syscall.EIO))
+		}, "append", syscall.EIO, 0},
 		{"eio-on-dir-sync-at-rollover", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpSync, "log", 1, syscall.EIO) }, "append", syscall.EIO, 1},
 		{"eio-on-create-at-rollover", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpCreate, "*.seg", 1, syscall.EIO) }, "append", syscall.EIO, 1},
 	} {
@@ -75,6 +75,75 @@ func TestFaults(t *testing.T) {
 			got := replayAll(t, l2, 0)
 			if len(got) < 4 || !equalGroups(got, groups[:len(got)]) {
 				t.Fatalf("after reopen: %d groups (or content differs), want the 4 synced ones first", len(got))
+			}
+		})
+	}
+}
+
+// TestNoSpaceIsRetryable: a full filesystem during an append or a
+// rollover leaves the log usable: Append returns a *NoSpaceError (wrapping
+// the errno, not ErrFailed), keeps nothing of the group, and the same
+// group appended again once there is space gets the next number and
+// replays after a reopen with nothing in between.
+func TestNoSpaceIsRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rule    func() *errorfs.Rule
+		errno   syscall.Errno
+		segSize int64
+	}{
+		{"enospc-on-write", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, syscall.ENOSPC) }, syscall.ENOSPC, 0},
+		{"short-write-enospc", func() *errorfs.Rule {
+			return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, errorfs.Short(syscall.ENOSPC))
+		}, syscall.ENOSPC, 0},
+		{"edquot-on-write", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, syscall.EDQUOT) }, syscall.EDQUOT, 0},
+		{"enospc-on-create-at-rollover", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpCreate, "*.seg", 1, syscall.ENOSPC) }, syscall.ENOSPC, 1},
+		{"enospc-on-header-at-rollover", func() *errorfs.Rule {
+			return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, errorfs.Short(syscall.ENOSPC))
+		}, syscall.ENOSPC, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewCrashableMem()
+			var armed *errorfs.Rule
+			fsys := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op vfs.Op, path string) error {
+				if armed == nil {
+					return nil
+				}
+				return armed.MaybeError(op, path)
+			}))
+			dir := "/ws/log"
+			opts := Options{SegmentSize: tc.segSize}
+			groups := genGroups(22, 6, 3, 50)
+			l := mustOpen(t, fsys, dir, opts)
+			appendAll(t, l, 1, groups[:4], true)
+
+			armed = tc.rule()
+			_, err := l.Append(groups[4])
+			var ns *NoSpaceError
+			if !errors.As(err, &ns) || !errors.Is(err, tc.errno) || errors.Is(err, ErrFailed) {
+				t.Fatalf("Append on a full filesystem: %v; want a *NoSpaceError wrapping %v and not ErrFailed", err, tc.errno)
+			}
+			if armed.Injected() != 1 {
+				t.Fatalf("fault injected %d times, want 1", armed.Injected())
+			}
+			if l.LastGroup() != 4 {
+				t.Fatalf("LastGroup %d after a failed append, want 4", l.LastGroup())
+			}
+			// Space is back: the same group goes in as group 5.
+			armed = nil
+			if g, err := l.Append(groups[4]); err != nil || g != 5 {
+				t.Fatalf("retried Append = %d, %v; want group 5", g, err)
+			}
+			appendAll(t, l, 6, groups[5:6], true)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l2 := mustOpen(t, mem, dir, opts)
+			if l2.Repaired() != nil {
+				t.Errorf("reopen repaired a torn tail %+v: the failed append left bytes behind", *l2.Repaired())
+			}
+			if got := replayAll(t, l2, 0); !equalGroups(got, groups[:6]) {
+				t.Fatalf("after reopen: %d groups (or content differs), want the 6 appended", len(got))
 			}
 		})
 	}

@@ -313,15 +313,30 @@ func (l *Log) repairHeader(seq uint64, path string, first uint64, size int64) er
 // createSegment creates segment seq whose first group will be first, and
 // makes its header and directory entry durable before returning. It
 // becomes the active segment.
+//
+// If the filesystem is full before anything is synced, the new file is
+// removed and a *NoSpaceError returned (a crash before the removal leaves
+// a segment with a torn header and no group, which Open repairs).
 func (l *Log) createSegment(seq, first uint64) error {
 	path := filepath.Join(l.dir, segName(seq))
 	f, err := l.fs.CreateExcl(path, 0o644)
 	if err != nil {
-		return fmt.Errorf("seglog: create segment: %w", err)
+		err = fmt.Errorf("seglog: create segment: %w", err)
+		if isNoSpace(err) {
+			return &NoSpaceError{Segment: path, Err: err}
+		}
+		return err
 	}
 	if _, err := f.WriteAt(segHeader{seq: seq, firstGroup: first}.encode(), 0); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("seglog: write header of %s: %w", path, err)
+		err = fmt.Errorf("seglog: write header of %s: %w", path, err)
+		if isNoSpace(err) {
+			if rerr := l.fs.Remove(path); rerr != nil {
+				return fmt.Errorf("%w; removing the half-created segment failed too: %v", err, rerr)
+			}
+			return &NoSpaceError{Segment: path, Err: err}
+		}
+		return err
 	}
 	if err := f.SyncData(); err != nil {
 		_ = f.Close()
@@ -383,7 +398,11 @@ func (l *Log) usable() error {
 // creates the next one and syncs its header and directory entry. That is
 // the only case in which Append syncs.
 //
-// Any write or sync failure fails the Log for good (see ErrFailed).
+// A full filesystem (ENOSPC, EDQUOT) is the one failure that leaves the
+// Log usable: Append cuts the segment back to where the group began (or
+// removes the segment it was creating) and returns a *NoSpaceError; the
+// same group may be appended again later. Any other write or sync failure,
+// or a failure to cut back, fails the Log for good (see ErrFailed).
 func (l *Log) Append(records [][]byte) (uint64, error) {
 	if err := l.usable(); err != nil {
 		return 0, err
@@ -418,7 +437,17 @@ func (l *Log) Append(records [][]byte) (uint64, error) {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		return 0, l.fail(fmt.Errorf("seglog: append group %d to %s at offset %d: %w", group, a.path, a.size, err))
+		err = fmt.Errorf("seglog: append group %d to %s at offset %d: %w", group, a.path, a.size, err)
+		if isNoSpace(err) {
+			// Unsynced bytes past a.size are the failed group's: cut
+			// them off, so that neither a retry nor recovery can mistake
+			// them for a group.
+			if terr := l.active.Truncate(a.size); terr != nil {
+				return 0, l.fail(fmt.Errorf("%w; cutting the segment back to %d failed too: %v", err, a.size, terr))
+			}
+			return 0, &NoSpaceError{Segment: a.path, Err: err}
+		}
+		return 0, l.fail(err)
 	}
 	a.size += int64(len(buf))
 	a.last = group
@@ -426,18 +455,24 @@ func (l *Log) Append(records [][]byte) (uint64, error) {
 	return group, nil
 }
 
-// rollover seals the active segment and creates the next one.
+// rollover seals the active segment and creates the next one. If the
+// filesystem is full, the half-created segment is removed and the old one
+// stays active (a *NoSpaceError; a later Append tries again).
 func (l *Log) rollover() error {
 	if err := l.Sync(); err != nil {
 		return err
 	}
 	a := l.segs[len(l.segs)-1]
-	if err := l.active.Close(); err != nil {
-		return l.fail(fmt.Errorf("seglog: close sealed segment %s: %w", a.path, err))
-	}
-	l.active = nil
+	sealed := l.active
 	if err := l.createSegment(a.seq+1, a.last+1); err != nil {
+		var ns *NoSpaceError
+		if errors.As(err, &ns) {
+			return err
+		}
 		return l.fail(err)
+	}
+	if err := sealed.Close(); err != nil {
+		return l.fail(fmt.Errorf("seglog: close sealed segment %s: %w", a.path, err))
 	}
 	return nil
 }

@@ -125,8 +125,10 @@ func TestUpOnDedicatedLayout(t *testing.T) {
 }
 
 // TestFullStateFilesystem fills a small state filesystem through the mount:
-// the writer gets ENOSPC, and every file made durable by an fsync before it
-// is there after the daemon restarts.
+// the writer's fsync gets ENOSPC. Once space is freed on that filesystem
+// (an operator's ballast file removed), the same daemon commits what was
+// queued, without a remount; and every file made durable is there after
+// the daemon restarts.
 func TestFullStateFilesystem(t *testing.T) {
 	needLayout(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -137,6 +139,10 @@ func TestFullStateFilesystem(t *testing.T) {
 	waitReady(ctx, t, u)
 	h, _ := host.Open(home)
 	mp := h.MountPoint("ws-1")
+	ballast := filepath.Join(h.StateDir(), "ballast")
+	if err := os.WriteFile(ballast, make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	durable := map[string][]byte{}
 	pending := map[string][]byte{}
@@ -181,13 +187,35 @@ func TestFullStateFilesystem(t *testing.T) {
 		t.Fatal("40000 files fit in a 16 MiB state filesystem: the workload did not fill it")
 	}
 	t.Logf("writer stopped after %d durable files: %v", len(durable), failure)
-	// A log append that hits ENOSPC fails the workspace for good (its
-	// commits stop until a remount); the FUSE error table reports the
-	// cause, ENOSPC, not the generic EIO of a failed commit.
+	// A log append that hits ENOSPC commits nothing and is retried; the
+	// waiting fsync gets ENOSPC.
 	if !errors.Is(failure, syscall.ENOSPC) {
 		t.Errorf("writer got %v, want ENOSPC", failure)
 	}
-	stopUp(ctx, t, u) // the daemon may fail its final commit: the disk is full
+	// Free space: the queued records commit, and a new fsync succeeds in
+	// the same daemon.
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	after := filepath.Join(mp, "after-space-freed")
+	f, err := os.Create(after)
+	if err != nil {
+		t.Fatalf("create after freeing space: %v", err)
+	}
+	if _, err := f.Write([]byte("committed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync after freeing space: %v (the workspace should recover without a remount)", err)
+	}
+	f.Close()
+	for k, v := range pending {
+		durable[k] = v
+	}
+	durable["after-space-freed"] = []byte("committed")
+	if code := stopUp(ctx, t, u); code != 0 {
+		t.Errorf("wsfs up exited %d after the filesystem recovered", code)
+	}
 
 	// Restart: everything fsynced before the failure is there.
 	u2 := startUp(t, home)

@@ -44,7 +44,10 @@ func TestFaults(t *testing.T) {
 		{"object dir sync EIO", func() *errorfs.Rule { return errorfs.Always(errorfs.OpSync, "/pool/objects", syscall.EIO) }, 500, "fsync", false},
 		{"log syncdata EIO", func() *errorfs.Rule { return errorfs.Always(errorfs.OpSyncData, "*.seg", syscall.EIO) }, 10, "fsync", true},
 		{"log write EIO", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "*.seg", syscall.EIO) }, 10, "fsync", true},
-		{"log short write", func() *errorfs.Rule { return errorfs.ShortWriteOnNth("*.seg", 1) }, 10, "fsync", true},
+		{"log short write EIO", func() *errorfs.Rule { return errorfs.OnNth(errorfs.OpWrite, "*.seg", 1, errorfs.Short(syscall.EIO)) }, 10, "fsync", true},
+		// A full log filesystem is not fatal: the group is retried.
+		{"log write ENOSPC", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "*.seg", syscall.ENOSPC) }, 10, "fsync", false},
+		{"log short write ENOSPC", func() *errorfs.Rule { return errorfs.ShortWriteOnNth("*.seg", 1) }, 10, "fsync", false},
 		// A write that fills more chunks than stay in memory puts some.
 		{"chunk put ENOSPC", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "/pool/tmp/", syscall.ENOSPC) }, 5000, "flush", false},
 		{"chunk put ENOSPC in a write", func() *errorfs.Rule { return errorfs.Always(errorfs.OpWrite, "/pool/tmp/", syscall.ENOSPC) }, 20000, "write", false},
