@@ -90,13 +90,21 @@ func (w *Workspace) splitObject(lv *live, d *dirty, id pool.ID, size int64) erro
 func (w *Workspace) toChunks(d *dirty) {
 	d.shift, d.bufs = w.shift, map[int][]byte{}
 	d.chunks = make([]namespace.ObjectID, namespace.ChunkCount(uint64(d.size), d.shift))
-	if d.size > 0 {
+	switch {
+	case cap(d.mem) >= 1<<d.shift:
+		// growMem's buffers reach the chunk size: reuse, do not copy.
+		b := d.mem[:1<<d.shift]
+		clear(b[len(d.mem):])
+		d.bufs[0] = b
+	case d.size > 0:
 		b := getBuf(1 << d.shift)
 		copy(b, d.mem)
 		clear(b[len(d.mem):])
 		d.bufs[0] = b
+		putBuf(d.mem)
+	default:
+		putBuf(d.mem)
 	}
-	putBuf(d.mem)
 	d.mem = nil
 }
 
