@@ -158,7 +158,8 @@ first); fsync returns once everything before it is durable.`)
 		m.WatchEngine(func() metrics.EngineStats {
 			s := ws.Stats()
 			return metrics.EngineStats{Pending: s.Pending, LastGroup: s.CommittedGroup, Inodes: s.Inodes,
-				BytesInline: s.BytesInline, BytesPooled: s.BytesPooled, BytesDeduped: s.BytesDeduped}
+				BytesInline: s.BytesInline, BytesPooled: s.BytesPooled, BytesDeduped: s.BytesDeduped,
+				Failed: s.Failed != nil, Stalled: s.Stalled != nil}
 		})
 		if ms, err = m.Serve(*metricsAddr); err != nil {
 			return errors.Join(err, srv.Unmount(), closeWS())
@@ -236,6 +237,9 @@ func startStatusFile(ctx context.Context, path string, ws *workspace.Workspace, 
 		st := supervisor.DaemonStatus{Group: s.CommittedGroup, CommittedAt: s.CommittedAt, Pending: int64(s.Pending)}
 		if s.Failed != nil {
 			st.Failed = s.Failed.Error()
+		}
+		if s.Stalled != nil {
+			st.Stalled = s.Stalled.Error()
 		}
 		err := vfs.Publish(vfs.Default, path, false, func(f vfs.File) error {
 			return json.NewEncoder(f).Encode(st)

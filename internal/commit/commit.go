@@ -117,6 +117,10 @@ type Stats struct {
 	LastCommit time.Time // when it was committed; zero before the first commit
 	Pending    int       // records enqueued and not yet durable (queued or in flight; after a failure, those never committed)
 	Failed     error     // the *FailedError if the committer has failed for good, else nil
+	// Stalled is the *LogFullError of the last append while the log's
+	// filesystem is full (commits are stalled, retried every second); nil
+	// once a group commits again.
+	Stalled error
 }
 
 // Options configure a Committer. The zero value is valid.
@@ -237,6 +241,7 @@ type Committer struct {
 		tainted map[pool.ID]error
 		closing bool
 		failed  *FailedError
+		stalled *LogFullError // set while appends find the log's filesystem full
 		// lastGroup and lastCommit describe the last committed group.
 		lastGroup  uint64
 		lastCommit time.Time
@@ -405,6 +410,9 @@ func (c *Committer) Stats() Stats {
 	}
 	if c.mu.failed != nil {
 		s.Failed = c.mu.failed
+	}
+	if c.mu.stalled != nil {
+		s.Stalled = c.mu.stalled
 	}
 	return s
 }
@@ -670,6 +678,9 @@ func (c *Committer) commitGroup(g []entry) outcome {
 		lerr := &LogFullError{First: g[0].t, Last: g[len(g)-1].t, Err: err}
 		c.lg.Error("the log's filesystem is full; the group is not committed, its waiters get ENOSPC, and it is retried until there is space",
 			"first", lerr.First, "last", lerr.Last, "retry_every", logFullRetry, "err", err)
+		c.mu.Lock()
+		c.mu.stalled = lerr
+		c.mu.Unlock()
 		c.requeue(g, lerr.Last, lerr)
 		return logFull
 	}
@@ -705,6 +716,7 @@ func (c *Committer) commitGroup(g []entry) outcome {
 	c.mu.durable = g[len(g)-1].t
 	c.mu.lastGroup = group
 	c.mu.lastCommit = synced
+	c.mu.stalled = nil
 	c.releaseLocked(c.mu.durable, nil)
 	c.mu.Unlock()
 

@@ -810,8 +810,8 @@ func TestLogFull(t *testing.T) {
 		t.Fatalf("Barrier with the log full = %v; want a *LogFullError matching ENOSPC that says to free space", err)
 	}
 	equal(t, "failed records", [2]Ticket{lerr.First, lerr.Last}, [2]Ticket{t1, t1})
-	if s := h.c.Stats(); s.Failed != nil || s.Pending != 1 {
-		t.Fatalf("Stats with the log full: failed %v, pending %d; want not failed, 1 pending", s.Failed, s.Pending)
+	if s := h.c.Stats(); s.Failed != nil || s.Pending != 1 || !errors.As(s.Stalled, &lerr) {
+		t.Fatalf("Stats with the log full: failed %v, pending %d, stalled %v; want not failed, 1 pending, stalled", s.Failed, s.Pending, s.Stalled)
 	}
 	// Space is freed; the retry timer fires and the record commits.
 	h.log.set(func(l *fakeLog) { l.appendErr = nil })
@@ -819,6 +819,9 @@ func TestLogFull(t *testing.T) {
 	h.clock.Advance(logFullRetry)
 	mustWait(t, h.c, t1)
 	equal(t, "log", h.log.durable(), [][]string{{"r1"}})
+	if s := h.c.Stats(); s.Stalled != nil {
+		t.Fatalf("Stats after the retry committed: stalled %v", s.Stalled)
+	}
 	equal(t, "calls", h.rec.list(), []string{
 		"sync-objects [A]", "append [r1]: error",
 		"sync-objects [A]", "append [r1]", "log-sync",

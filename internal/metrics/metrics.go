@@ -143,6 +143,8 @@ type EngineStats struct {
 	BytesInline  uint64 // file bytes stored inline in log records
 	BytesPooled  uint64 // file bytes published as new pool objects
 	BytesDeduped uint64 // file bytes that matched an existing pool object
+	Failed       bool   // the workspace has failed for good (remount it)
+	Stalled      bool   // commits wait for space on the log's filesystem
 }
 
 // WatchEngine exports the engine's stats, calling stats once per scrape.
@@ -166,13 +168,22 @@ func (c *engineCollector) desc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, nil, c.labels)
 }
 
-func (c *engineCollector) descs() (pending, group, inodes, inline, pooled, dedup *prometheus.Desc) {
+func (c *engineCollector) descs() (pending, group, inodes, inline, pooled, dedup, failed, stalled *prometheus.Desc) {
 	return c.desc("wsfs_commit_pending_records", "Records enqueued and not yet durable."),
 		c.desc("wsfs_engine_last_group", "Last committed group as the engine reports it."),
 		c.desc("wsfs_engine_inodes", "Inodes in memory (open orphans included)."),
 		c.desc("wsfs_bytes_inline_total", "File bytes stored inline in log records."),
 		c.desc("wsfs_bytes_pooled_total", "File bytes published as new pool objects."),
-		c.desc("wsfs_bytes_deduplicated_total", "File bytes that matched an existing pool object.")
+		c.desc("wsfs_bytes_deduplicated_total", "File bytes that matched an existing pool object."),
+		c.desc("wsfs_engine_failed", "1 once the workspace has failed for good (it commits nothing more; remount it), else 0."),
+		c.desc("wsfs_commit_stalled", "1 while commits wait for space on the filesystem holding the log (fsync returns ENOSPC; free space there), else 0.")
+}
+
+func gauge01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Describe sends nothing: the collector is unchecked, because the byte
@@ -181,13 +192,15 @@ func (c *engineCollector) Describe(chan<- *prometheus.Desc) {}
 
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
-	pending, group, inodes, inline, pooled, dedup := c.descs()
+	pending, group, inodes, inline, pooled, dedup, failed, stalled := c.descs()
 	ch <- prometheus.MustNewConstMetric(pending, prometheus.GaugeValue, float64(s.Pending))
 	ch <- prometheus.MustNewConstMetric(group, prometheus.GaugeValue, float64(s.LastGroup))
 	ch <- prometheus.MustNewConstMetric(inodes, prometheus.GaugeValue, float64(s.Inodes))
 	ch <- prometheus.MustNewConstMetric(inline, prometheus.CounterValue, float64(s.BytesInline))
 	ch <- prometheus.MustNewConstMetric(pooled, prometheus.CounterValue, float64(s.BytesPooled))
 	ch <- prometheus.MustNewConstMetric(dedup, prometheus.CounterValue, float64(s.BytesDeduped))
+	ch <- prometheus.MustNewConstMetric(failed, prometheus.GaugeValue, gauge01(s.Failed))
+	ch <- prometheus.MustNewConstMetric(stalled, prometheus.GaugeValue, gauge01(s.Stalled))
 }
 
 // Server is a running /metrics endpoint.

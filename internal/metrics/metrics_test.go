@@ -17,7 +17,7 @@ func TestServeExposesCollectors(t *testing.T) {
 	op.Done(time.Now(), true)
 	m.GroupCommitted(commit.GroupStats{Group: 7, Records: 3, Objects: 2, Drain: time.Millisecond, LogSync: 2 * time.Millisecond})
 	m.WatchEngine(func() EngineStats {
-		return EngineStats{Pending: 5, Inodes: 3, BytesInline: 100, BytesPooled: 4096, BytesDeduped: 12}
+		return EngineStats{Pending: 5, Inodes: 3, BytesInline: 100, BytesPooled: 4096, BytesDeduped: 12, Stalled: true}
 	})
 
 	s, err := m.Serve("127.0.0.1:0")
@@ -49,6 +49,8 @@ func TestServeExposesCollectors(t *testing.T) {
 		`wsfs_bytes_pooled_total{workspace="ws1"} 4096`,
 		`wsfs_bytes_deduplicated_total{workspace="ws1"} 12`,
 		`wsfs_bytes_inline_total{workspace="ws1"} 100`,
+		`wsfs_engine_failed{workspace="ws1"} 0`,
+		`wsfs_commit_stalled{workspace="ws1"} 1`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("missing %q", want)

@@ -22,10 +22,11 @@ const DaemonStatusName = "status.json"
 
 // DaemonStatus is the content of a daemon's status file.
 type DaemonStatus struct {
-	Group       uint64    `json:"group"`        // last committed group
-	CommittedAt time.Time `json:"committed_at"` // when it committed
-	Pending     int64     `json:"pending"`      // records not yet committed
-	Failed      string    `json:"failed"`       // non-empty once the workspace failed
+	Group       uint64    `json:"group"`             // last committed group
+	CommittedAt time.Time `json:"committed_at"`      // when it committed
+	Pending     int64     `json:"pending"`           // records not yet committed
+	Failed      string    `json:"failed"`            // non-empty once the workspace failed
+	Stalled     string    `json:"stalled,omitempty"` // non-empty while commits wait for space on the log's filesystem
 }
 
 // StaleAfter is the age past which a status file is taken to belong to a
@@ -146,6 +147,9 @@ func (w WorkspaceStatus) Columns(now time.Time) []string {
 		pending = fmt.Sprint(d.Pending)
 		if d.Failed != "" {
 			notes = append(notes, "FAILED: "+d.Failed)
+		}
+		if d.Stalled != "" {
+			notes = append(notes, "STALLED: "+d.Stalled)
 		}
 		if w.DaemonStale {
 			notes = append(notes, "daemon status stale (daemon not running?)")

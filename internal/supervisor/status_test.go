@@ -37,9 +37,10 @@ func TestCollectAndColumns(t *testing.T) {
 		}
 	}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	// ws-1: fresh daemon and sidecar status.
+	// ws-1: fresh daemon and sidecar status; commits stalled on a full log.
 	writeJSON(t, filepath.Join(h.WorkspaceDir("ws-1"), DaemonStatusName),
-		map[string]any{"group": 42, "committed_at": now.Add(-1500 * time.Millisecond).Format(time.RFC3339Nano), "pending": 7, "failed": ""}, now)
+		map[string]any{"group": 42, "committed_at": now.Add(-1500 * time.Millisecond).Format(time.RFC3339Nano), "pending": 7, "failed": "",
+			"stalled": "log filesystem full"}, now)
 	writeJSON(t, agentstate.PathsFor(h, "ws-1").Status,
 		agentstate.Status{LocalTXID: 12, ReplicaTXID: 10, LastSyncAt: now.Add(-2 * time.Second), UpdatedAt: now}, now)
 	// ws-2: a failed workspace whose daemon and sidecar stopped long ago.
@@ -65,7 +66,7 @@ func TestCollectAndColumns(t *testing.T) {
 		t.Log(got[w.Name])
 	}
 	want := map[string][]string{
-		"ws-1": {"ws-1 | no | 42 | 1.5s | 7 | txid 10 | 2 ltx, synced 2s ago | -"},
+		"ws-1": {"ws-1 | no | 42 | 1.5s | 7 | txid 10 | 2 ltx, synced 2s ago | STALLED: log filesystem full"},
 		"ws-2": {"ws-2 | no | 3 | 1h0m0s | 0 | txid 5 | 0 ltx", "FAILED: log sync: EIO", "daemon status stale", "replica: replica unreachable", "sidecar status stale"},
 		"ws-3": {"ws-3 | no | - | - | - | - | - |", "daemon status", "unexpected EOF"},
 	}

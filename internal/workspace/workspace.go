@@ -177,6 +177,7 @@ type Stats struct {
 	CommittedAt     time.Time // when it committed (zero before the first commit of this process)
 	Pending         int       // records enqueued and not yet durable
 	Failed          error     // non-nil once the workspace has failed for good
+	Stalled         error     // non-nil while commits wait for space on the log's filesystem
 	Inodes          int       // inodes in memory (open orphans included)
 	CheckpointGroup uint64    // group of the last checkpoint (0: none)
 	// CheckpointErr is the last checkpoint failure (checkpoints stopped or
@@ -622,7 +623,7 @@ func (w *Workspace) Close() error {
 func (w *Workspace) Stats() Stats {
 	cs := w.com.Stats()
 	s := Stats{CommittedGroup: cs.LastGroup, CommittedAt: cs.LastCommit, Pending: cs.Pending,
-		Failed: cs.Failed, Inodes: w.tree.Len(), CheckpointGroup: w.ckptGrp.Load(),
+		Failed: cs.Failed, Stalled: cs.Stalled, Inodes: w.tree.Len(), CheckpointGroup: w.ckptGrp.Load(),
 		BytesInline: w.bytes.inline.Load(), BytesPooled: w.bytes.pooled.Load(), BytesDeduped: w.bytes.deduped.Load()}
 	if f := w.failed.Load(); s.Failed == nil && f != nil {
 		s.Failed = f
