@@ -3,7 +3,6 @@ package fusefs
 import (
 	"io"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -123,14 +122,13 @@ const (
 	opListXAttr
 	opSetXAttr
 	opRemoveXAttr
-	opLseek
 	numOps
 )
 
 var opNames = [numOps]string{
 	"LOOKUP", "FORGET", "GETATTR", "SETATTR", "MKNOD", "MKDIR", "UNLINK", "RMDIR", "RENAME", "LINK", "SYMLINK",
 	"READLINK", "CREATE", "OPEN", "READ", "WRITE", "FLUSH", "RELEASE", "FSYNC", "FALLOCATE", "OPENDIR",
-	"READDIR", "READDIRPLUS", "RELEASEDIR", "FSYNCDIR", "STATFS", "GETXATTR", "LISTXATTR", "SETXATTR", "REMOVEXATTR", "LSEEK",
+	"READDIR", "READDIRPLUS", "RELEASEDIR", "FSYNCDIR", "STATFS", "GETXATTR", "LISTXATTR", "SETXATTR", "REMOVEXATTR",
 }
 
 // done records one request in the metrics. Use as
@@ -558,25 +556,6 @@ func (r *rawFS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) (st fuse
 	}
 	_, err = r.ws.SetAttr(ino, workspace.SetAttrIn{Size: &end})
 	return r.status("fallocate", err)
-}
-
-// Lseek answers SEEK_DATA and SEEK_HOLE (the kernel handles the other
-// whence values itself): holes are the hole chunks of chunked content, so
-// `cp --sparse`, tar and the like skip them.
-func (r *rawFS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) (st fuse.Status) {
-	defer r.done(opLseek, time.Now(), &st)
-	if in.Whence != unix.SEEK_DATA && in.Whence != unix.SEEK_HOLE {
-		return fuse.EINVAL
-	}
-	if in.Offset > math.MaxInt64 {
-		return fuse.Status(syscall.ENXIO)
-	}
-	off, err := r.ws.SeekData(workspace.Ino(in.NodeId), int64(in.Offset), in.Whence == unix.SEEK_HOLE)
-	if err != nil {
-		return r.status("lseek", err)
-	}
-	out.Offset = uint64(off)
-	return fuse.OK
 }
 
 // --- directories ---

@@ -54,7 +54,6 @@ var posixTests = []struct {
 	{"Dirs", testDirs},
 	{"Mmap", testMmap},
 	{"Fallocate", testFallocate},
-	{"SeekHoles", testSeekHoles},
 	{"ConcurrentWriters", testConcurrentWriters},
 }
 
@@ -639,60 +638,6 @@ func testFallocate(t *testing.T, e *env) {
 	}
 	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 2); err != unix.EOPNOTSUPP {
 		t.Fatalf("punch hole: %v, want EOPNOTSUPP", err)
-	}
-}
-
-// testSeekHoles: SEEK_DATA and SEEK_HOLE see the hole chunks of a sparse
-// chunked file (1 MiB chunks), and a small file as all data.
-func testSeekHoles(t *testing.T, e *env) {
-	p := e.path("sparse")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(8 << 20); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("data"), 5<<20+10); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	small := e.path("small-seek")
-	if err := os.WriteFile(small, []byte("abc"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		path   string
-		whence int
-		off    int64
-		want   int64 // -1: ENXIO
-	}{
-		{p, unix.SEEK_DATA, 0, 5 << 20},
-		{p, unix.SEEK_HOLE, 0, 0},
-		{p, unix.SEEK_HOLE, 5<<20 + 3, 6 << 20},
-		{p, unix.SEEK_DATA, 5<<20 + 100, 5<<20 + 100},
-		{p, unix.SEEK_DATA, 6 << 20, -1},
-		{p, unix.SEEK_HOLE, 7<<20 + 1, 7<<20 + 1},
-		{p, unix.SEEK_DATA, 9 << 20, -1},
-		{small, unix.SEEK_DATA, 1, 1},
-		{small, unix.SEEK_HOLE, 0, 3},
-		{small, unix.SEEK_HOLE, 3, -1},
-	} {
-		f, err := os.Open(tc.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := unix.Seek(int(f.Fd()), tc.off, tc.whence)
-		f.Close()
-		what := fmt.Sprintf("lseek(%s, %d, whence %d)", filepath.Base(tc.path), tc.off, tc.whence)
-		switch {
-		case tc.want < 0 && err != unix.ENXIO:
-			t.Errorf("%s = %d, %v; want ENXIO", what, got, err)
-		case tc.want >= 0 && (err != nil || got != tc.want):
-			t.Errorf("%s = %d, %v; want %d", what, got, err, tc.want)
-		}
 	}
 }
 

@@ -397,13 +397,3 @@ func putBuf(b []byte) {
 	b = b[:0]
 	bufPools[k].Put(&b)
 }
-
-// isHoleChunk reports whether chunk i of d has no data at all (a hole not
-// being written). Small-form content has no holes.
-func (d *dirty) isHoleChunk(i int) bool {
-	if d.chunks == nil {
-		return false
-	}
-	_, buffered := d.bufs[i]
-	return !buffered && d.chunks[i] == namespace.HoleChunk
-}
