@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,17 +51,48 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	fh.Release()
+	// A chunked file (three 1 MiB chunks, the middle one a hole).
+	chunked := make([]byte, 2*workspace.DefaultChunkSize+12345)
+	for i := range chunked[:workspace.DefaultChunkSize] {
+		chunked[i] = byte(i * 7)
+	}
+	copy(chunked[2*workspace.DefaultChunkSize:], bytes.Repeat([]byte("tail"), 3000))
+	c, err := ws.Create(workspace.RootIno, "chunked", 0o644, workspace.Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh, err = ws.OpenFile(c.Ino, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt(chunked, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Fsync(false); err != nil {
+		t.Fatal(err)
+	}
+	fh.Release()
 	// An object nothing references.
 	garbage, _, err := p.Put(bytes.Repeat([]byte("g"), 100_000))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every object is old: only references keep them.
 	old := time.Now().Add(-48 * time.Hour)
 	keptID := pool.Sum(kept)
-	for _, id := range []pool.ID{keptID, garbage} {
-		if err := os.Chtimes(p.Path(id), old, old); err != nil {
-			t.Fatal(err)
+	objects := 0
+	err = filepath.WalkDir(filepath.Join(h.PoolDir(), "objects"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
 		}
+		objects++
+		return os.Chtimes(path, old, old)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objects != 4 { // kept, two chunks, garbage
+		t.Fatalf("%d objects in the pool, want 4", objects)
 	}
 
 	// Served: gc refuses and removes nothing.
@@ -85,5 +118,21 @@ func TestGC(t *testing.T) {
 	}
 	if _, err := p.ReadAll(keptID); err != nil {
 		t.Errorf("referenced object: %v", err)
+	}
+	// The chunked file reads back whole: gc kept its chunks.
+	ws, err = workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	fh, err = ws.OpenFile(c.Ino, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Release()
+	got := make([]byte, len(chunked)+1)
+	n, err := fh.ReadAt(got, 0)
+	if err != nil || !bytes.Equal(got[:n], chunked) {
+		t.Fatalf("chunked file after gc: %d bytes, %v (want %d bytes, equal)", n, err, len(chunked))
 	}
 }
