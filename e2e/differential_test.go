@@ -223,9 +223,12 @@ func randPath(r *rand.Rand) string {
 }
 
 // randSize picks a size around the interesting boundaries: small, a few
-// pages, the inline limit (64 KiB) and beyond.
+// pages, the inline limit (64 KiB) and beyond, and the 1 MiB chunk size and
+// beyond (chunked content).
 func randSize(r intner) int {
-	switch r.Intn(8) {
+	switch r.Intn(9) {
+	case 8:
+		return 1<<20 - 4096 + r.Intn(2<<20)
 	case 0:
 		return 0
 	case 1, 2, 3:
