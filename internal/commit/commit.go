@@ -297,6 +297,20 @@ func New(log Log, objs Objects, opts Options) *Committer {
 // the same group, in order, after every record enqueued before the call.
 // With no records it returns the Ticket of the last record enqueued so far.
 //
+// Full returns the *LogFullError of the stalled commits when the log's
+// filesystem is full and the queue has reached its backpressure limit, so
+// that Enqueue would block until space is freed; nil otherwise. It is
+// advisory (the state may change right after), for callers that would
+// rather refuse an operation with ENOSPC than wait.
+func (c *Committer) Full() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.stalled != nil && len(c.mu.pending) >= backpressureGroups*c.opts.MaxRecords {
+		return c.mu.stalled
+	}
+	return nil
+}
+
 // Enqueue does no I/O. It blocks only while 8*MaxRecords or more records
 // are queued behind the group in flight (backpressure). It returns the
 // *FailedError once the committer has failed, and ErrClosed after Close.

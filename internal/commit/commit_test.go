@@ -838,3 +838,38 @@ func TestLogFull(t *testing.T) {
 		t.Fatalf("log after a Close with the log full: %v, want nothing", d)
 	}
 }
+
+// TestFullRefusesWhenQueueIsFull: while the log's filesystem is full,
+// Full reports it once the queue reaches its backpressure limit (so a
+// caller can refuse with ENOSPC instead of blocking), and not after space
+// is freed and the queue drained.
+func TestFullRefusesWhenQueueIsFull(t *testing.T) {
+	h := newHarness(t, Options{MaxRecords: 1, Window: time.Hour})
+	h.log.set(func(l *fakeLog) { l.appendErr = fmt.Errorf("injected: %w", syscall.ENOSPC) })
+	made := h.clock.timersMade()
+	var first, last Ticket
+	for i := 0; i < backpressureGroups; i++ {
+		if err := h.c.Full(); err != nil {
+			t.Fatalf("Full with %d records queued: %v", i, err)
+		}
+		last = mustEnqueue(t, h.c, rec(fmt.Sprint(i)))
+		if i == 0 {
+			first = last
+		}
+	}
+	// The first group fails and goes back to the queue, which is then at
+	// its limit (the flusher waits for its retry timer).
+	if err := h.c.Wait(ctxT(t), first); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Wait with the log full = %v, want ENOSPC", err)
+	}
+	if err := h.c.Full(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Full with the queue at its limit and the log full = %v, want ENOSPC", err)
+	}
+	h.log.set(func(l *fakeLog) { l.appendErr = nil })
+	h.clock.waitArmed(t, h.clock.Now().Add(logFullRetry), made)
+	h.clock.Advance(logFullRetry)
+	mustWait(t, h.c, last)
+	if err := h.c.Full(); err != nil {
+		t.Fatalf("Full after the queue drained: %v", err)
+	}
+}

@@ -3,9 +3,11 @@ package workspace
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
@@ -139,5 +141,58 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("victim missing after a successful fsync: %v", err)
 			}
 		})
+	}
+}
+
+// TestFullLogRefusesOperations: while the log's filesystem is full,
+// operations are queued up to the committer's limit and then refused with
+// ENOSPC (nothing applied), never left blocking; once space is back every
+// accepted operation commits and survives a reopen, and the refused ones
+// are absent.
+func TestFullLogRefusesOperations(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	inj := &armed{}
+	e := newEnv(t, errorfs.Wrap(mem, inj), "/host")
+	e.opts.GroupRecords = 2
+	w := e.open()
+	inj.r.Store(errorfs.Always(errorfs.OpWrite, "*.seg", syscall.ENOSPC))
+	accepted := map[string]bool{}
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < 1000; i++ {
+			name := fmt.Sprintf("f%04d", i)
+			if _, err := w.Create(RootIno, name, 0o644, me); err != nil {
+				done <- err
+				return
+			}
+			accepted[name] = true
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("creates against a full log ended with %v after %d accepted; want ENOSPC", err, len(accepted))
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a create blocked behind the full log instead of failing with ENOSPC")
+	}
+	if s := w.Stats(); s.Stalled == nil || s.Failed != nil {
+		t.Fatalf("Stats: stalled %v, failed %v; want stalled, not failed", s.Stalled, s.Failed)
+	}
+	inj.r.Store(nil)
+	noErr(t, w.Sync())
+	noErr(t, w.Close())
+	w = e.open()
+	defer w.Close()
+	ents, err := w.ReadDir(RootIno)
+	noErr(t, err)
+	if len(ents) != len(accepted) {
+		t.Fatalf("%d entries after reopen, want the %d accepted creates", len(ents), len(accepted))
+	}
+	for _, d := range ents {
+		if !accepted[d.Name] {
+			t.Errorf("%s is there but its create was refused", d.Name)
+		}
 	}
 }

@@ -552,6 +552,14 @@ func (w *Workspace) record(rec *namespace.Record, objs []pool.ID, persist bool) 
 	if err := w.usable(); err != nil {
 		return err
 	}
+	if persist {
+		// The log's filesystem is full and the queue too: refuse with
+		// ENOSPC before changing anything, rather than block in Enqueue
+		// until space is freed.
+		if err := w.com.Full(); err != nil {
+			return err
+		}
+	}
 	data := rec.Encode(nil)
 	dec, err := namespace.DecodeRecord(data)
 	if err != nil {
