@@ -32,7 +32,8 @@
 //     the group either: its waiters get a *LogFullError (errors.Is
 //     syscall.ENOSPC), its records go back to the front of the queue, and
 //     the flusher tries again every logFullRetry until there is space (or
-//     fails for good if it is closing);
+//     fails for good if it is closing); every waiter, not only the group's,
+//     gets the *LogFullError of each failed attempt;
 //   - any other failed log append or sync, a failed republish, or
 //     maxDrainAttempts drain failures in a row fail the committer for good
 //     (*FailedError): the workspace must be remounted, and recovery reads
@@ -206,7 +207,10 @@ type Committer struct {
 	lg    *slog.Logger
 
 	kick chan struct{} // wakes the flusher; capacity 1, sends never block
-	done chan struct{} // closed when the flusher has exited
+	// closingCh is closed by the first Close (it ends a wait for space).
+	closingCh chan struct{}
+	closeOnce sync.Once
+	done      chan struct{} // closed when the flusher has exited
 
 	// With EarlyDrain: earlyKick wakes the early drainer (capacity 1),
 	// earlyStop stops it, earlyDone is closed when it has exited.
@@ -270,13 +274,14 @@ func New(log Log, objs Objects, opts Options) *Committer {
 		opts.Logger = slog.Default()
 	}
 	c := &Committer{
-		log:   log,
-		objs:  objs,
-		opts:  opts,
-		clock: opts.Clock,
-		lg:    opts.Logger.With("component", "commit"),
-		kick:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
+		log:       log,
+		objs:      objs,
+		opts:      opts,
+		clock:     opts.Clock,
+		lg:        opts.Logger.With("component", "commit"),
+		kick:      make(chan struct{}, 1),
+		closingCh: make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	c.mu.space.L = &c.mu.Mutex
 	c.mu.next = 1
@@ -366,22 +371,34 @@ func (c *Committer) Enqueue(recs ...Record) (Ticket, error) {
 // returns ctx.Err() if ctx ends first.
 func (c *Committer) Wait(ctx context.Context, t Ticket) error {
 	c.mu.Lock()
+	w, err := c.waiterLocked(t)
+	c.mu.Unlock()
+	if w == nil {
+		return err
+	}
+	return w.await(ctx)
+}
+
+// waiterLocked registers a waiter for Ticket t, or returns t's outcome at
+// once (nil waiter): nil if t is durable, the *FailedError, or an error for
+// a Ticket never issued.
+func (c *Committer) waiterLocked(t Ticket) (*waiter, error) {
 	if t <= c.mu.durable {
-		c.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	if t >= c.mu.next {
-		last := c.mu.next - 1
-		c.mu.Unlock()
-		return fmt.Errorf("commit: Wait for ticket %d, which was never issued (the last is %d)", t, last)
+		return nil, fmt.Errorf("commit: Wait for ticket %d, which was never issued (the last is %d)", t, c.mu.next-1)
 	}
 	if ferr := c.mu.failed; ferr != nil {
-		c.mu.Unlock()
-		return ferr
+		return nil, ferr
 	}
 	w := &waiter{t: t, ch: make(chan error, 1)}
 	heap.Push(&c.mu.waiters, w)
-	c.mu.Unlock()
+	return w, nil
+}
+
+// await returns w's outcome, or ctx.Err() if ctx ends first.
+func (w *waiter) await(ctx context.Context) error {
 	select {
 	case err := <-w.ch:
 		return err
@@ -395,22 +412,20 @@ func (c *Committer) Wait(ctx context.Context, t Ticket) error {
 // Barrier gives fsync semantics: on a nil return every record enqueued
 // before the call is durable. It closes the current group at once instead of
 // waiting for the window (if a group is in flight, the next one is closed
-// as soon as it completes). Errors are those of Wait.
+// as soon as it completes). Errors are those of Wait. The waiter is
+// registered before the flusher is woken, so it always hears the outcome
+// of the group it made urgent.
 func (c *Committer) Barrier(ctx context.Context) error {
 	c.mu.Lock()
 	t := c.mu.next - 1
-	if t <= c.mu.durable {
-		c.mu.Unlock()
-		return nil
-	}
-	if ferr := c.mu.failed; ferr != nil {
-		c.mu.Unlock()
-		return ferr
-	}
 	c.mu.urgent = max(c.mu.urgent, t)
+	w, err := c.waiterLocked(t)
 	c.mu.Unlock()
+	if w == nil {
+		return err
+	}
 	c.wake()
-	return c.Wait(ctx, t)
+	return w.await(ctx)
 }
 
 // Stats returns a snapshot of the committer's state.
@@ -440,6 +455,7 @@ func (c *Committer) Close() error {
 	c.mu.closing = true
 	c.mu.space.Broadcast()
 	c.mu.Unlock()
+	c.closeOnce.Do(func() { close(c.closingCh) })
 	c.wake()
 	<-c.done
 	if c.earlyStop != nil {
@@ -574,7 +590,10 @@ func (c *Committer) flusher() {
 					return
 				}
 				timer, fire := c.clock.NewTimer(logFullRetry)
-				<-fire
+				select {
+				case <-fire:
+				case <-c.closingCh: // one last attempt, then fail if still full
+				}
 				timer.Stop()
 				continue
 			}
@@ -695,7 +714,10 @@ func (c *Committer) commitGroup(g []entry) outcome {
 		c.mu.Lock()
 		c.mu.stalled = lerr
 		c.mu.Unlock()
-		c.requeue(g, lerr.Last, lerr)
+		// Groups commit in order, so no waiter can succeed before this
+		// group: every waiter hears of the full log now, not only this
+		// group's (a later fsync must not wait for space in silence).
+		c.requeue(g, ^Ticket(0), lerr)
 		return logFull
 	}
 	if err != nil {

@@ -847,23 +847,26 @@ func TestFullRefusesWhenQueueIsFull(t *testing.T) {
 	h := newHarness(t, Options{MaxRecords: 1, Window: time.Hour})
 	h.log.set(func(l *fakeLog) { l.appendErr = fmt.Errorf("injected: %w", syscall.ENOSPC) })
 	made := h.clock.timersMade()
-	var first, last Ticket
+	var last Ticket
 	for i := 0; i < backpressureGroups; i++ {
 		if err := h.c.Full(); err != nil {
 			t.Fatalf("Full with %d records queued: %v", i, err)
 		}
 		last = mustEnqueue(t, h.c, rec(fmt.Sprint(i)))
-		if i == 0 {
-			first = last
-		}
 	}
 	// The first group fails and goes back to the queue, which is then at
-	// its limit (the flusher waits for its retry timer).
-	if err := h.c.Wait(ctxT(t), first); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("Wait with the log full = %v, want ENOSPC", err)
-	}
-	if err := h.c.Full(); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("Full with the queue at its limit and the log full = %v, want ENOSPC", err)
+	// its limit while the flusher waits for its retry timer.
+	for deadline := time.Now().Add(testTimeout); ; time.Sleep(time.Millisecond) {
+		err := h.c.Full()
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("Full = %v, want ENOSPC", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Full still nil %v after the log filled up (stats %+v)", testTimeout, h.c.Stats())
+		}
 	}
 	h.log.set(func(l *fakeLog) { l.appendErr = nil })
 	h.clock.waitArmed(t, h.clock.Now().Add(logFullRetry), made)
@@ -872,4 +875,48 @@ func TestFullRefusesWhenQueueIsFull(t *testing.T) {
 	if err := h.c.Full(); err != nil {
 		t.Fatalf("Full after the queue drained: %v", err)
 	}
+}
+
+// TestLogFullReleasesEveryWaiter: when an append finds the log full, the
+// waiters of later groups hear it too (they cannot commit before it), and
+// Close during the wait for space returns promptly with a failure.
+func TestLogFullReleasesEveryWaiter(t *testing.T) {
+	h := newHarness(t, Options{MaxRecords: 1, Window: time.Hour})
+	h.log.set(func(l *fakeLog) { l.appendErr = fmt.Errorf("injected: %w", syscall.ENOSPC) })
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	h.objs.set(func(o *fakeObjects) {
+		o.beforeSync = func() { once.Do(func() { close(entered); <-release }) }
+	})
+	t1 := mustEnqueue(t, h.c, rec("r1", "A"))
+	select {
+	case <-entered:
+	case <-time.After(testTimeout):
+		t.Fatal("the first group's drain never started")
+	}
+	t2 := mustEnqueue(t, h.c, rec("r2")) // a later group
+	errs := make(chan error, 2)
+	for _, tk := range []Ticket{t1, t2} {
+		go func() { errs <- h.c.Wait(ctxT(t), tk) }()
+	}
+	waitWaiters(t, h.c, 2)
+	close(release)
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("a waiter got %v, want ENOSPC", err)
+			}
+		case <-time.After(testTimeout):
+			t.Fatal("a waiter was not told that the log is full")
+		}
+	}
+	closed := started(func() {
+		var ferr *FailedError
+		if err := h.c.Close(); !errors.As(err, &ferr) {
+			t.Errorf("Close while the log is full = %v, want a *FailedError", err)
+		}
+	})
+	waitDone(t, closed, "Close while waiting for space")
 }
