@@ -246,6 +246,8 @@ type Committer struct {
 		closing bool
 		failed  *FailedError
 		stalled *LogFullError // set while appends find the log's filesystem full
+		// admitted: Admit reservations not yet used by EnqueueAdmitted.
+		admitted int
 		// lastGroup and lastCommit describe the last committed group.
 		lastGroup  uint64
 		lastCommit time.Time
@@ -302,18 +304,63 @@ func New(log Log, objs Objects, opts Options) *Committer {
 // the same group, in order, after every record enqueued before the call.
 // With no records it returns the Ticket of the last record enqueued so far.
 //
-// Full returns the *LogFullError of the stalled commits when the log's
-// filesystem is full and the queue has reached its backpressure limit, so
-// that Enqueue would block until space is freed; nil otherwise. It is
-// advisory (the state may change right after), for callers that would
-// rather refuse an operation with ENOSPC than wait.
-func (c *Committer) Full() error {
+// Admit reserves room in the queue for one EnqueueAdmitted call. It waits
+// while the queue is at its backpressure limit; but when the log's
+// filesystem is full (the queue cannot drain until space is freed) it
+// returns the stall's *LogFullError instead, also to calls already
+// waiting, so that a caller can refuse an operation with ENOSPC before
+// changing anything. It also returns the *FailedError, or ErrClosed. After
+// a nil return the caller must call EnqueueAdmitted or Unadmit, once.
+func (c *Committer) Admit() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.mu.stalled != nil && len(c.mu.pending) >= backpressureGroups*c.opts.MaxRecords {
-		return c.mu.stalled
+	for {
+		switch {
+		case c.mu.failed != nil:
+			return c.mu.failed
+		case c.mu.closing:
+			return ErrClosed
+		case c.roomLocked():
+			c.mu.admitted++
+			return nil
+		case c.mu.stalled != nil:
+			return c.mu.stalled
+		}
+		c.mu.space.Wait()
 	}
-	return nil
+}
+
+// Unadmit gives back the room an Admit reserved.
+func (c *Committer) Unadmit() {
+	c.mu.Lock()
+	c.mu.admitted--
+	c.mu.space.Broadcast()
+	c.mu.Unlock()
+}
+
+// EnqueueAdmitted is Enqueue in the room a successful Admit reserved: it
+// never blocks.
+func (c *Committer) EnqueueAdmitted(recs ...Record) (Ticket, error) {
+	var now time.Time
+	if len(recs) > 0 {
+		now = c.clock.Now()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.admitted--
+	if c.mu.failed != nil {
+		return 0, c.mu.failed
+	}
+	if c.mu.closing {
+		return 0, ErrClosed
+	}
+	return c.enqueueLocked(recs, now), nil
+}
+
+// roomLocked reports whether the queue, with the admitted reservations,
+// is below its backpressure limit.
+func (c *Committer) roomLocked() bool {
+	return len(c.mu.pending)+c.mu.admitted < backpressureGroups*c.opts.MaxRecords
 }
 
 // Enqueue does no I/O. It blocks only while 8*MaxRecords or more records
@@ -333,13 +380,18 @@ func (c *Committer) Enqueue(recs ...Record) (Ticket, error) {
 		if c.mu.closing {
 			return 0, ErrClosed
 		}
-		if len(c.mu.pending) < backpressureGroups*c.opts.MaxRecords {
+		if c.roomLocked() {
 			break
 		}
 		c.mu.space.Wait()
 	}
+	return c.enqueueLocked(recs, now), nil
+}
+
+// enqueueLocked appends recs to the queue and returns the last Ticket.
+func (c *Committer) enqueueLocked(recs []Record, now time.Time) Ticket {
 	if len(recs) == 0 {
-		return c.mu.next - 1, nil
+		return c.mu.next - 1
 	}
 	wasEmpty := len(c.mu.pending) == 0
 	early := false
@@ -360,7 +412,7 @@ func (c *Committer) Enqueue(recs ...Record) (Ticket, error) {
 	if wasEmpty || len(c.mu.pending) >= c.opts.MaxRecords {
 		c.wake()
 	}
-	return c.mu.next - 1, nil
+	return c.mu.next - 1
 }
 
 // Wait returns nil once the record with Ticket t, and so every record before
@@ -713,6 +765,7 @@ func (c *Committer) commitGroup(g []entry) outcome {
 			"first", lerr.First, "last", lerr.Last, "retry_every", logFullRetry, "err", err)
 		c.mu.Lock()
 		c.mu.stalled = lerr
+		c.mu.space.Broadcast() // waiting Admits now refuse
 		c.mu.Unlock()
 		// Groups commit in order, so no waiter can succeed before this
 		// group: every waiter hears of the full log now, not only this

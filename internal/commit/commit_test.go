@@ -839,42 +839,61 @@ func TestLogFull(t *testing.T) {
 	}
 }
 
-// TestFullRefusesWhenQueueIsFull: while the log's filesystem is full,
-// Full reports it once the queue reaches its backpressure limit (so a
-// caller can refuse with ENOSPC instead of blocking), and not after space
-// is freed and the queue drained.
-func TestFullRefusesWhenQueueIsFull(t *testing.T) {
+// TestAdmitRefusesWhenLogFull: Admit waits while the queue is at its
+// limit, but once an append finds the log's filesystem full it refuses
+// with the *LogFullError, also an Admit that was already waiting; once
+// space is freed and the queue drains, Admit succeeds again.
+func TestAdmitRefusesWhenLogFull(t *testing.T) {
 	h := newHarness(t, Options{MaxRecords: 1, Window: time.Hour})
 	h.log.set(func(l *fakeLog) { l.appendErr = fmt.Errorf("injected: %w", syscall.ENOSPC) })
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	h.objs.set(func(o *fakeObjects) {
+		o.beforeSync = func() { once.Do(func() { close(entered); <-release }) }
+	})
 	made := h.clock.timersMade()
+	mustEnqueue(t, h.c, rec("r0", "A"))
+	select {
+	case <-entered:
+	case <-time.After(testTimeout):
+		t.Fatal("the first group's drain never started")
+	}
+	// The first group is in flight; fill the queue to its limit.
 	var last Ticket
-	for i := 0; i < backpressureGroups; i++ {
-		if err := h.c.Full(); err != nil {
-			t.Fatalf("Full with %d records queued: %v", i, err)
+	for i := 1; i <= backpressureGroups; i++ {
+		if err := h.c.Admit(); err != nil {
+			t.Fatalf("Admit with %d records queued: %v", i-1, err)
 		}
-		last = mustEnqueue(t, h.c, rec(fmt.Sprint(i)))
-	}
-	// The first group fails and goes back to the queue, which is then at
-	// its limit while the flusher waits for its retry timer.
-	for deadline := time.Now().Add(testTimeout); ; time.Sleep(time.Millisecond) {
-		err := h.c.Full()
-		if err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("Full = %v, want ENOSPC", err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Full still nil %v after the log filled up (stats %+v)", testTimeout, h.c.Stats())
+		var err error
+		if last, err = h.c.EnqueueAdmitted(rec(fmt.Sprint("r", i))); err != nil {
+			t.Fatal(err)
 		}
 	}
+	admitted := make(chan error, 1)
+	go func() { admitted <- h.c.Admit() }() // waits: the queue is full
+	close(release)                          // the append now fails: the log is full
+	select {
+	case err := <-admitted:
+		var lerr *LogFullError
+		if !errors.As(err, &lerr) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("waiting Admit = %v, want the *LogFullError (ENOSPC)", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("a waiting Admit was not refused when the log turned out full")
+	}
+	if err := h.c.Admit(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Admit with the queue full and the log full = %v, want ENOSPC", err)
+	}
+	// Space is freed: the retry commits everything, and Admit has room.
 	h.log.set(func(l *fakeLog) { l.appendErr = nil })
 	h.clock.waitArmed(t, h.clock.Now().Add(logFullRetry), made)
 	h.clock.Advance(logFullRetry)
 	mustWait(t, h.c, last)
-	if err := h.c.Full(); err != nil {
-		t.Fatalf("Full after the queue drained: %v", err)
+	if err := h.c.Admit(); err != nil {
+		t.Fatalf("Admit after the queue drained: %v", err)
 	}
+	h.c.Unadmit()
 }
 
 // TestLogFullReleasesEveryWaiter: when an append finds the log full, the

@@ -553,11 +553,17 @@ func (w *Workspace) record(rec *namespace.Record, objs []pool.ID, persist bool) 
 		return err
 	}
 	if persist {
-		// The log's filesystem is full and the queue too: refuse with
-		// ENOSPC before changing anything, rather than block in Enqueue
-		// until space is freed.
-		if err := w.com.Full(); err != nil {
-			return err
+		// Reserve the record's place in the queue before changing
+		// anything: when the log's filesystem is full and the queue too,
+		// Admit refuses (ENOSPC) instead of letting Enqueue block until
+		// space is freed.
+		if err := w.com.Admit(); err != nil {
+			var full *commit.LogFullError
+			if errors.As(err, &full) {
+				return err
+			}
+			w.setFailed(err)
+			return w.usable()
 		}
 	}
 	data := rec.Encode(nil)
@@ -569,12 +575,15 @@ func (w *Workspace) record(rec *namespace.Record, objs []pool.ID, persist bool) 
 		// Validation let through something Apply refuses: a bug, but the
 		// tree is unchanged, so the operation simply fails.
 		w.lg.Error("record refused by the namespace after validation", "op", rec.Op, "err", err)
+		if persist {
+			w.com.Unadmit()
+		}
 		return err
 	}
 	if !persist {
 		return nil
 	}
-	if _, err := w.com.Enqueue(commit.Record{Data: data, Objects: objs}); err != nil {
+	if _, err := w.com.EnqueueAdmitted(commit.Record{Data: data, Objects: objs}); err != nil {
 		// The live tree now holds a change the log will never have: the
 		// workspace cannot continue.
 		w.setFailed(err)
