@@ -168,20 +168,15 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 		k, err := h.w.readObject(n, pool.ID(c.Object), p, off, size)
 		return k, wsErr("read", ino, "", err)
 	}
-	done := 0
-	for done < len(p) {
-		pos := off + int64(done)
-		i := int(pos >> c.ChunkShift)
-		start := int64(i) << c.ChunkShift
-		piece := p[done:min(len(p), done+int(min(size, start+1<<c.ChunkShift)-pos))]
-		if id := c.Chunks[i]; id == namespace.HoleChunk {
-			clear(piece)
-		} else if k, err := h.w.readObject(n, pool.ID(id), piece, pos-start, min(size-start, 1<<c.ChunkShift)); err != nil {
-			return done + k, wsErr("read", ino, "", err)
+	k, err := eachChunkPiece(p, off, size, c.ChunkShift, func(i int, piece []byte, within int64) (int, error) {
+		if id := c.Chunks[i]; id != namespace.HoleChunk {
+			start := int64(i) << c.ChunkShift
+			return h.w.readObject(n, pool.ID(id), piece, within, min(size-start, 1<<c.ChunkShift))
 		}
-		done += len(piece)
-	}
-	return done, nil
+		clear(piece)
+		return len(piece), nil
+	})
+	return k, wsErr("read", ino, "", err)
 }
 
 // readObject reads p at off from pool object id, whose length is size,

@@ -296,26 +296,43 @@ func (w *Workspace) readDirty(lv *live, d *dirty, p []byte, off int64) (int, err
 	if d.chunks == nil {
 		return copy(p, d.mem[off:]), nil
 	}
+	return eachChunkPiece(p, off, d.size, d.shift, func(i int, piece []byte, within int64) (int, error) {
+		if b, ok := d.bufs[i]; ok {
+			return copy(piece, b[within:]), nil
+		}
+		id := pool.ID(d.chunks[i])
+		if id == pool.ID(namespace.HoleChunk) {
+			clear(piece)
+			return len(piece), nil
+		}
+		o, err := w.objectLocked(lv, id)
+		if err != nil {
+			return 0, err
+		}
+		if k, err := o.f.ReadAt(piece, within); k < len(piece) {
+			return k, &ioError{fmt.Errorf("chunk %d: object %s: read %d of %d bytes at %d: %v", i, id, k, len(piece), within, err)}
+		}
+		return len(piece), nil
+	})
+}
+
+// eachChunkPiece splits p, to be read at off from content of size bytes
+// in chunks of 1<<shift bytes (p ends at or before size), into one piece
+// per chunk, and calls fn with the chunk, the piece and its offset within
+// the chunk. fn returns how much of the piece it filled; it stops at the
+// first error. It returns the bytes filled.
+func eachChunkPiece(p []byte, off, size int64, shift uint8, fn func(i int, piece []byte, within int64) (int, error)) (int, error) {
 	done := 0
 	for done < len(p) {
 		pos := off + int64(done)
-		i := int(pos >> d.shift)
-		start := int64(i) << d.shift
-		piece := p[done:min(len(p), done+int(start+d.chunkLen(i)-pos))]
-		if b, ok := d.bufs[i]; ok {
-			copy(piece, b[pos-start:])
-		} else if id := pool.ID(d.chunks[i]); id == pool.ID(namespace.HoleChunk) {
-			clear(piece)
-		} else {
-			o, err := w.objectLocked(lv, id)
-			if err != nil {
-				return done, err
-			}
-			if k, err := o.f.ReadAt(piece, pos-start); k < len(piece) {
-				return done + k, &ioError{fmt.Errorf("chunk %d: object %s: read %d of %d bytes at %d: %v", i, id, k, len(piece), pos-start, err)}
-			}
+		i := int(pos >> shift)
+		start := int64(i) << shift
+		piece := p[done:min(len(p), done+int(min(size, start+1<<shift)-pos))]
+		k, err := fn(i, piece, pos-start)
+		done += k
+		if err != nil {
+			return done, err
 		}
-		done += len(piece)
 	}
 	return done, nil
 }
