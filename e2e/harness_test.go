@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"wsfs/internal/testenv"
 )
 
 // Bounds of every wait on a daemon. None is a performance threshold: each
@@ -101,12 +103,7 @@ func (tg *target) remount(t *testing.T) {
 // fails it if the wsfs binary did not build.
 func requireMount(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("wsfs target needs root (go-fuse mounts directly, without fusermount3)")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("wsfs target needs /dev/fuse: %v", err)
-	}
+	testenv.RequireFUSE(t)
 	if wsfsBuildErr != nil {
 		// Not a skip: a binary that does not build is a failure of the
 		// product, and a skipped end-to-end test would hide it.

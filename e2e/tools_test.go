@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"wsfs/internal/testenv"
 )
 
 // Bounds of the tool runs (hang guards, not performance thresholds).
@@ -21,11 +22,7 @@ const toolTimeout = 5 * time.Minute
 // requireTool skips t when a command is not installed.
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s is not installed: %v", name, err)
-	}
-	return p
+	return testenv.RequireTool(t, name)
 }
 
 // timed runs fn and logs how long it took.

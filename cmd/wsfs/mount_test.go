@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"wsfs/internal/fusefs"
+	"wsfs/internal/testenv"
 )
 
 // syncBuffer is a bytes.Buffer safe for a daemon goroutine and the test.
@@ -57,8 +58,9 @@ func newHost(t *testing.T) string {
 
 func skipWithoutFUSE(t *testing.T) {
 	t.Helper()
+	testenv.RequireFUSE(t)
 	if err := fusefs.CheckFUSE(); err != nil {
-		t.Skipf("skipping: %v", err)
+		t.Fatalf("/dev/fuse is present and the process is root, but FUSE cannot be used: %v", err)
 	}
 }
 

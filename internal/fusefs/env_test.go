@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"wsfs/internal/pool"
+	"wsfs/internal/testenv"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -20,11 +21,9 @@ func canMount(t testing.TB) {
 	if testing.Short() {
 		t.Skip("FUSE mount tests skipped in -short mode")
 	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("skipping FUSE mount test: /dev/fuse is missing")
-	}
+	testenv.RequireFUSE(t)
 	if err := CheckFUSE(); err != nil {
-		t.Skipf("skipping FUSE mount test: %v", err)
+		t.Fatalf("/dev/fuse is present and the process is root, but FUSE cannot be used: %v", err)
 	}
 }
 

@@ -13,23 +13,14 @@ import (
 	"testing"
 
 	"wsfs/internal/host"
+	"wsfs/internal/testenv"
 	"wsfs/internal/vfs"
 )
 
 // needLoop skips tests that need root and loop devices.
 func needLoop(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (loop devices, mkfs, mount)")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("no loop device support: ", err)
-	}
-	for _, tool := range []string{"losetup", "mkfs.ext4", "mount", "umount"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skip(tool, " not installed")
-		}
-	}
+	testenv.RequireLoop(t)
 }
 
 // cleanupLayout removes whatever a test's layout left: lazy unmounts, then

@@ -174,7 +174,18 @@ func TestCrossProcess(t *testing.T) {
 			_ = c.cmd.Process.Signal(syscall.SIGKILL)
 		}
 	})
-	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	// The kill timing is random; its seed is logged so that a failure can
+	// be replayed with WSFS_XPROC_SEED (the children's own interleaving
+	// still depends on the scheduler).
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("WSFS_XPROC_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("WSFS_XPROC_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("kill timing seed %d (replay with WSFS_XPROC_SEED=%d)", seed, seed)
+	r := rand.New(rand.NewPCG(seed, 1))
 	const kills = 8
 	for range kills {
 		time.Sleep(time.Duration(50+r.IntN(250)) * time.Millisecond)

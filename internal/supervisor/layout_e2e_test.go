@@ -14,20 +14,14 @@ import (
 
 	"wsfs/internal/host"
 	"wsfs/internal/layout"
+	"wsfs/internal/testenv"
 )
 
 // needLayout additionally needs loop devices and the layout tools.
 func needLayout(t *testing.T) {
 	t.Helper()
 	needE2E(t)
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("no loop device support")
-	}
-	for _, tool := range []string{"losetup", "mkfs.ext4", "mount", "umount"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skip(tool, " not installed")
-		}
-	}
+	testenv.RequireLoop(t)
 }
 
 // createLayout runs `wsfs layout create` and registers its teardown (after

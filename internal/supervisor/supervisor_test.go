@@ -20,6 +20,7 @@ import (
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
 	"wsfs/internal/layout"
+	"wsfs/internal/testenv"
 )
 
 // wsfsBin is the wsfs binary built for the end-to-end tests ("" if the
@@ -58,16 +59,7 @@ func needE2E(t *testing.T) {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for FUSE mounts")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
-	out, _ := exec.Command(wsfsBin, "mount", "-h").CombinedOutput()
-	if strings.Contains(string(out), "unknown command") {
-		t.Skip("`wsfs mount` is not in this build yet; the end-to-end test needs it")
-	}
+	testenv.RequireFUSE(t)
 }
 
 // syncBuffer is a goroutine-safe log sink that also forwards to t.Log.
