@@ -145,7 +145,7 @@ func benchCommit(b *testing.B, drain Drain, pl benchPayload) {
 		} else {
 			r = Record{Data: append([]byte(nil), payload...)}
 		}
-		if _, err := c.Enqueue(r); err != nil {
+		if _, err := enqueue(c, r); err != nil {
 			b.Fatal(err)
 		}
 	}

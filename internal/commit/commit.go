@@ -1,7 +1,8 @@
 // Package commit is the group committer of a workspace: one flusher goroutine
 // that turns enqueued log records into durable groups.
 //
-// Operations enqueue their records (Enqueue never does I/O); the flusher
+// Operations reserve room (Reserve) and then enqueue their records
+// (Slot.Enqueue; neither does I/O); the flusher
 // closes a group when it holds MaxRecords records, when Window has passed
 // since its first record, or at once for a Barrier or Close. A group becomes
 // durable in three steps, always in this order:
@@ -163,7 +164,7 @@ type Options struct {
 	Observer Observer
 	// OnCommit, if set, is called by the flusher for each group after it is
 	// durable and before its waiters are released, in group order. It
-	// runs on the flusher, so it must not call Enqueue, Wait, Barrier or
+	// runs on the flusher, so it must not call Reserve, Wait, Barrier or
 	// Close (they wait for the flusher); Stats is fine. records is a
 	// fresh slice that may be kept; the records' Data must not be
 	// modified.
@@ -174,7 +175,7 @@ const (
 	defaultMaxRecords      = 512
 	defaultWindow          = 50 * time.Millisecond
 	defaultSyncParallelism = pool.DefaultSyncParallel
-	// backpressureGroups: Enqueue blocks while this many full groups of
+	// backpressureGroups: Reserve waits while this many full groups of
 	// records are queued behind the one in flight.
 	backpressureGroups = 8
 	// maxDrainAttempts drain failures in a row (each followed by a
@@ -225,7 +226,7 @@ type Committer struct {
 	mu struct {
 		sync.Mutex
 		// space is signalled when pending shrinks, and broadcast when
-		// the committer fails or closes (Enqueue backpressure).
+		// the committer fails, stalls or closes (Reserve backpressure).
 		space sync.Cond
 		// next is the Ticket the next enqueued record gets.
 		next Ticket
@@ -246,7 +247,7 @@ type Committer struct {
 		closing bool
 		failed  *FailedError
 		stalled *LogFullError // set while appends find the log's filesystem full
-		// admitted: Admit reservations not yet used by EnqueueAdmitted.
+		// admitted: Slots reserved and not yet enqueued or cancelled.
 		admitted int
 		// lastGroup and lastCommit describe the last committed group.
 		lastGroup  uint64
@@ -299,48 +300,70 @@ func New(log Log, objs Objects, opts Options) *Committer {
 	return c
 }
 
-// Enqueue adds records to the current group and returns the Ticket of the
-// last one (Wait on it covers them all). The records of one call commit in
-// the same group, in order, after every record enqueued before the call.
-// With no records it returns the Ticket of the last record enqueued so far.
-//
-// Admit reserves room in the queue for one EnqueueAdmitted call. It waits
-// while the queue is at its backpressure limit; but when the log's
-// filesystem is full (the queue cannot drain until space is freed) it
-// returns the stall's *LogFullError instead, also to calls already
-// waiting, so that a caller can refuse an operation with ENOSPC before
-// changing anything. It also returns the *FailedError, or ErrClosed. After
-// a nil return the caller must call EnqueueAdmitted or Unadmit, once.
-func (c *Committer) Admit() error {
+// Slot is room in the queue for one Enqueue call, reserved by Reserve. A
+// caller reserves before it changes anything, so that an operation the queue
+// cannot take is refused whole; then it calls exactly one of Enqueue or
+// Cancel, once (a second call panics: the room would be counted twice).
+type Slot struct {
+	c    *Committer
+	used bool
+}
+
+// Reserve reserves room in the queue for one Slot.Enqueue. It does no I/O.
+// It waits while the queue is at its backpressure limit (backpressureGroups
+// full groups queued behind the one in flight); but when the log's
+// filesystem is full, so that the queue cannot drain until space is freed,
+// it returns the stall's *LogFullError instead, also to calls already
+// waiting, so that the caller can refuse its operation with ENOSPC before
+// changing anything. It returns the *FailedError once the committer has
+// failed, and ErrClosed after Close.
+func (c *Committer) Reserve() (*Slot, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
 		switch {
 		case c.mu.failed != nil:
-			return c.mu.failed
+			return nil, c.mu.failed
 		case c.mu.closing:
-			return ErrClosed
+			return nil, ErrClosed
 		case c.roomLocked():
 			c.mu.admitted++
-			return nil
+			return &Slot{c: c}, nil
 		case c.mu.stalled != nil:
-			return c.mu.stalled
+			return nil, c.mu.stalled
 		}
 		c.mu.space.Wait()
 	}
 }
 
-// Unadmit gives back the room an Admit reserved.
-func (c *Committer) Unadmit() {
+// release marks s used, or panics if it already was.
+func (s *Slot) release() {
+	if s.used {
+		panic("commit: a Slot was used twice")
+	}
+	s.used = true
+}
+
+// Cancel gives back the room Reserve reserved.
+func (s *Slot) Cancel() {
+	s.release()
+	c := s.c
 	c.mu.Lock()
 	c.mu.admitted--
 	c.mu.space.Broadcast()
 	c.mu.Unlock()
 }
 
-// EnqueueAdmitted is Enqueue in the room a successful Admit reserved: it
-// never blocks.
-func (c *Committer) EnqueueAdmitted(recs ...Record) (Ticket, error) {
+// Enqueue adds records to the current group in the reserved room, and
+// returns the Ticket of the last one (Wait on it covers them all). It never
+// blocks and does no I/O. The records of one call commit in the same group,
+// in order, after every record enqueued before the call. With no records it
+// returns the Ticket of the last record enqueued so far. It returns the
+// *FailedError if the committer failed since Reserve, and ErrClosed if it
+// closed.
+func (s *Slot) Enqueue(recs ...Record) (Ticket, error) {
+	s.release()
+	c := s.c
 	var now time.Time
 	if len(recs) > 0 {
 		now = c.clock.Now()
@@ -357,35 +380,10 @@ func (c *Committer) EnqueueAdmitted(recs ...Record) (Ticket, error) {
 	return c.enqueueLocked(recs, now), nil
 }
 
-// roomLocked reports whether the queue, with the admitted reservations,
-// is below its backpressure limit.
+// roomLocked reports whether the queue, with the reserved slots, is below
+// its backpressure limit.
 func (c *Committer) roomLocked() bool {
 	return len(c.mu.pending)+c.mu.admitted < backpressureGroups*c.opts.MaxRecords
-}
-
-// Enqueue does no I/O. It blocks only while 8*MaxRecords or more records
-// are queued behind the group in flight (backpressure). It returns the
-// *FailedError once the committer has failed, and ErrClosed after Close.
-func (c *Committer) Enqueue(recs ...Record) (Ticket, error) {
-	var now time.Time
-	if len(recs) > 0 {
-		now = c.clock.Now()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for {
-		if c.mu.failed != nil {
-			return 0, c.mu.failed
-		}
-		if c.mu.closing {
-			return 0, ErrClosed
-		}
-		if c.roomLocked() {
-			break
-		}
-		c.mu.space.Wait()
-	}
-	return c.enqueueLocked(recs, now), nil
 }
 
 // enqueueLocked appends recs to the queue and returns the last Ticket.
@@ -499,7 +497,8 @@ func (c *Committer) Stats() Stats {
 }
 
 // Close commits every record enqueued before it, then stops the flusher.
-// Enqueue fails with ErrClosed from the moment Close is called. Close
+// Reserve and Slot.Enqueue fail with ErrClosed from the moment Close is
+// called. Close
 // returns the *FailedError if the committer failed (before or while
 // committing the rest), else nil. It is idempotent.
 func (c *Committer) Close() error {
@@ -595,8 +594,13 @@ func (c *Committer) wake() {
 //  5. A group whose drain failed is not appended; its records return to the
 //     front of the queue (order and Tickets unchanged) and every object it
 //     references is republished before it is tried again.
-//  6. A failed log Append or Sync is never retried: the committer fails for
-//     good, and every waiter of an uncommitted record gets the error.
+//  6. A failed log Sync, or a failed Append other than a full filesystem,
+//     is never retried: the committer fails for good, and every waiter of
+//     an uncommitted record gets the error. An Append that found the
+//     filesystem full kept nothing of the group (the log cut it back and
+//     nothing of it was synced, so fsyncgate does not apply): the group
+//     returns to the front of the queue like a failed drain's and is
+//     retried every logFullRetry, its waiters told (*LogFullError).
 //
 // The flusher exits when the committer fails, or when it is closing and the
 // queue is empty.
@@ -765,7 +769,7 @@ func (c *Committer) commitGroup(g []entry) outcome {
 			"first", lerr.First, "last", lerr.Last, "retry_every", logFullRetry, "err", err)
 		c.mu.Lock()
 		c.mu.stalled = lerr
-		c.mu.space.Broadcast() // waiting Admits now refuse
+		c.mu.space.Broadcast() // waiting Reserves now refuse
 		c.mu.Unlock()
 		// Groups commit in order, so no waiter can succeed before this
 		// group: every waiter hears of the full log now, not only this

@@ -20,9 +20,19 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// enqueue reserves a Slot and enqueues recs in it: the one way records
+// enter the queue.
+func enqueue(c *Committer, recs ...Record) (Ticket, error) {
+	s, err := c.Reserve()
+	if err != nil {
+		return 0, err
+	}
+	return s.Enqueue(recs...)
+}
+
 func mustEnqueue(t *testing.T, c *Committer, recs ...Record) Ticket {
 	t.Helper()
-	tk, err := c.Enqueue(recs...)
+	tk, err := enqueue(c, recs...)
 	if err != nil {
 		t.Fatalf("Enqueue: %v", err)
 	}
@@ -442,7 +452,7 @@ func TestPermanentFailures(t *testing.T) {
 			if tc.op != "drain" && !errors.Is(err, injected) {
 				t.Fatalf("failure does not wrap its cause: %v", err)
 			}
-			if _, err := h.c.Enqueue(rec("r2", "B")); !errors.Is(err, ferr) {
+			if _, err := enqueue(h.c, rec("r2", "B")); !errors.Is(err, ferr) {
 				t.Fatalf("Enqueue after failure = %v; want the failure", err)
 			}
 			if err := h.c.Barrier(ctxT(t)); !errors.Is(err, ferr) {
@@ -509,7 +519,7 @@ func TestCloseCommitsPending(t *testing.T) {
 	if err := h.c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := h.c.Enqueue(rec("d")); !errors.Is(err, ErrClosed) {
+	if _, err := enqueue(h.c, rec("d")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Enqueue after Close = %v; want ErrClosed", err)
 	}
 	mustWait(t, h.c, t1)
@@ -626,7 +636,7 @@ func TestConcurrentEnqueue(t *testing.T) {
 				for j := range k {
 					recs = append(recs, rec(fmt.Sprintf("w%d-c%d-%d/%d", w, i, j, k), fmt.Sprintf("o%d", (i+j)%5)))
 				}
-				tk, err := c.Enqueue(recs...)
+				tk, err := enqueue(c, recs...)
 				if err != nil {
 					errs <- err
 					return
@@ -719,7 +729,7 @@ func TestStateSyncFSFailure(t *testing.T) {
 
 func TestEnqueueNothing(t *testing.T) {
 	h := newHarness(t, Options{Window: time.Hour})
-	if tk, err := h.c.Enqueue(); tk != 0 || err != nil {
+	if tk, err := enqueue(h.c); tk != 0 || err != nil {
 		t.Fatalf("Enqueue() on an empty committer = %d, %v; want 0, nil", tk, err)
 	}
 	mustBarrier(t, h.c) // nothing to commit: returns at once
@@ -839,11 +849,11 @@ func TestLogFull(t *testing.T) {
 	}
 }
 
-// TestAdmitRefusesWhenLogFull: Admit waits while the queue is at its
+// TestReserveRefusesWhenLogFull: Reserve waits while the queue is at its
 // limit, but once an append finds the log's filesystem full it refuses
-// with the *LogFullError, also an Admit that was already waiting; once
-// space is freed and the queue drains, Admit succeeds again.
-func TestAdmitRefusesWhenLogFull(t *testing.T) {
+// with the *LogFullError, also an Reserve that was already waiting; once
+// space is freed and the queue drains, Reserve succeeds again.
+func TestReserveRefusesWhenLogFull(t *testing.T) {
 	h := newHarness(t, Options{MaxRecords: 1, Window: time.Hour})
 	h.log.set(func(l *fakeLog) { l.appendErr = fmt.Errorf("injected: %w", syscall.ENOSPC) })
 	entered := make(chan struct{})
@@ -862,38 +872,39 @@ func TestAdmitRefusesWhenLogFull(t *testing.T) {
 	// The first group is in flight; fill the queue to its limit.
 	var last Ticket
 	for i := 1; i <= backpressureGroups; i++ {
-		if err := h.c.Admit(); err != nil {
-			t.Fatalf("Admit with %d records queued: %v", i-1, err)
+		slot, err := h.c.Reserve()
+		if err != nil {
+			t.Fatalf("Reserve with %d records queued: %v", i-1, err)
 		}
-		var err error
-		if last, err = h.c.EnqueueAdmitted(rec(fmt.Sprint("r", i))); err != nil {
+		if last, err = slot.Enqueue(rec(fmt.Sprint("r", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	admitted := make(chan error, 1)
-	go func() { admitted <- h.c.Admit() }() // waits: the queue is full
-	close(release)                          // the append now fails: the log is full
+	go func() { _, err := h.c.Reserve(); admitted <- err }() // waits: the queue is full
+	close(release)                                           // the append now fails: the log is full
 	select {
 	case err := <-admitted:
 		var lerr *LogFullError
 		if !errors.As(err, &lerr) || !errors.Is(err, syscall.ENOSPC) {
-			t.Fatalf("waiting Admit = %v, want the *LogFullError (ENOSPC)", err)
+			t.Fatalf("waiting Reserve = %v, want the *LogFullError (ENOSPC)", err)
 		}
 	case <-time.After(testTimeout):
-		t.Fatal("a waiting Admit was not refused when the log turned out full")
+		t.Fatal("a waiting Reserve was not refused when the log turned out full")
 	}
-	if err := h.c.Admit(); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("Admit with the queue full and the log full = %v, want ENOSPC", err)
+	if _, err := h.c.Reserve(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Reserve with the queue full and the log full = %v, want ENOSPC", err)
 	}
-	// Space is freed: the retry commits everything, and Admit has room.
+	// Space is freed: the retry commits everything, and Reserve has room.
 	h.log.set(func(l *fakeLog) { l.appendErr = nil })
 	h.clock.waitArmed(t, h.clock.Now().Add(logFullRetry), made)
 	h.clock.Advance(logFullRetry)
 	mustWait(t, h.c, last)
-	if err := h.c.Admit(); err != nil {
-		t.Fatalf("Admit after the queue drained: %v", err)
+	slot, err := h.c.Reserve()
+	if err != nil {
+		t.Fatalf("Reserve after the queue drained: %v", err)
 	}
-	h.c.Unadmit()
+	slot.Cancel()
 }
 
 // TestLogFullReleasesEveryWaiter: when an append finds the log full, the
@@ -938,4 +949,40 @@ func TestLogFullReleasesEveryWaiter(t *testing.T) {
 		}
 	})
 	waitDone(t, closed, "Close while waiting for space")
+}
+
+// TestSlotOnce: a Slot is used exactly once. Cancel gives its room back;
+// a second Enqueue or Cancel of the same Slot panics instead of counting
+// the room twice.
+func TestSlotOnce(t *testing.T) {
+	h := newHarness(t, Options{MaxRecords: 1, Window: time.Hour})
+	for _, c := range []struct {
+		name        string
+		first, then func(*Slot)
+	}{
+		{"enqueue twice", func(s *Slot) { s.Enqueue() }, func(s *Slot) { s.Enqueue() }},
+		{"cancel twice", (*Slot).Cancel, (*Slot).Cancel},
+		{"enqueue then cancel", func(s *Slot) { s.Enqueue() }, (*Slot).Cancel},
+		{"cancel then enqueue", (*Slot).Cancel, func(s *Slot) { s.Enqueue() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := h.c.Reserve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.first(s)
+			defer func() {
+				if recover() == nil {
+					t.Fatal("second use of a Slot did not panic")
+				}
+			}()
+			c.then(s)
+		})
+	}
+	h.c.mu.Lock()
+	admitted := h.c.mu.admitted
+	h.c.mu.Unlock()
+	if admitted != 0 {
+		t.Fatalf("%d reservations outstanding after every Slot was used once", admitted)
+	}
 }

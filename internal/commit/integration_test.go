@@ -178,7 +178,7 @@ func TestCrashAfterBarrier(t *testing.T) {
 			})
 			const n = 120
 			for i := range n {
-				if _, err := c.Enqueue(w.put(t, p, i)); err != nil {
+				if _, err := enqueue(c, w.put(t, p, i)); err != nil {
 					t.Fatal(err)
 				}
 				if i%10 == 9 {
@@ -292,7 +292,7 @@ func TestLogSyncFailureIsFinal(t *testing.T) {
 	if !errors.As(err, &ferr) || ferr.Op != "log sync" || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Barrier over a failing log sync = %v; want a *FailedError of the log sync", err)
 	}
-	if _, err := c.Enqueue(w.put(t, p, 4)); !errors.Is(err, ferr) {
+	if _, err := enqueue(c, w.put(t, p, 4)); !errors.Is(err, ferr) {
 		t.Fatalf("Enqueue after the failure = %v", err)
 	}
 	if err := c.Close(); !errors.Is(err, ferr) {

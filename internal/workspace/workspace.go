@@ -9,8 +9,9 @@
 // # Operations
 //
 // Every mutating operation follows one path: lock the inodes it touches,
-// validate (POSIX errors), build a namespace.Record, Apply it to the live
-// tree, Enqueue it with the committer — all while holding the locks, so the
+// validate (POSIX errors), reserve room in the committer's queue, build a
+// namespace.Record, Apply it to the live tree, enqueue it in the reserved
+// room — all while holding the locks, so the
 // log order of dependent operations equals the order they were applied in.
 // Replay applies the same records with the same Apply.
 //
@@ -26,8 +27,9 @@
 //     the inode number locks the directory, reads, and if the child's number
 //     is lower, unlocks, locks both in order and re-checks the entry.
 //  3. Leaf locks held only briefly inside other packages: the committer's
-//     queue (Enqueue may wait for queue space, which the flusher frees
-//     without taking any inode lock), the pool. The namespace's inode
+//     queue (Reserve may wait for queue space, which the flusher frees
+//     without taking any inode lock; when the log's filesystem is full it
+//     refuses instead of waiting), the pool. The namespace's inode
 //     table and the sticky failure state take no lock (sync.Map, atomics).
 //
 // There is no global lock on the read path: GetAttr, Lookup and ReadAt take
@@ -214,7 +216,7 @@ type Workspace struct {
 		done    chan ckptResult // its result (capacity 1)
 	}
 
-	failed  atomic.Pointer[ioError] // sticky: set when an Enqueue fails
+	failed  atomic.Pointer[ioError] // sticky: set when a commit fails
 	closed  atomic.Bool             // set by Close before the committer closes
 	ckptGrp atomic.Uint64           // group of the last checkpoint
 	ckptErr atomic.Pointer[error]   // last checkpoint failure, nil after a success
@@ -552,12 +554,14 @@ func (w *Workspace) record(rec *namespace.Record, objs []pool.ID, persist bool) 
 	if err := w.usable(); err != nil {
 		return err
 	}
+	var slot *commit.Slot
 	if persist {
 		// Reserve the record's place in the queue before changing
 		// anything: when the log's filesystem is full and the queue too,
-		// Admit refuses (ENOSPC) instead of letting Enqueue block until
-		// space is freed.
-		if err := w.com.Admit(); err != nil {
+		// Reserve refuses (ENOSPC) instead of waiting until space is
+		// freed.
+		var err error
+		if slot, err = w.com.Reserve(); err != nil {
 			var full *commit.LogFullError
 			if errors.As(err, &full) {
 				return err
@@ -576,14 +580,14 @@ func (w *Workspace) record(rec *namespace.Record, objs []pool.ID, persist bool) 
 		// tree is unchanged, so the operation simply fails.
 		w.lg.Error("record refused by the namespace after validation", "op", rec.Op, "err", err)
 		if persist {
-			w.com.Unadmit()
+			slot.Cancel()
 		}
 		return err
 	}
 	if !persist {
 		return nil
 	}
-	if _, err := w.com.EnqueueAdmitted(commit.Record{Data: data, Objects: objs}); err != nil {
+	if _, err := slot.Enqueue(commit.Record{Data: data, Objects: objs}); err != nil {
 		// The live tree now holds a change the log will never have: the
 		// workspace cannot continue.
 		w.setFailed(err)
