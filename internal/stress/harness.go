@@ -318,146 +318,203 @@ type servers struct {
 // directory is always cleaned up (unless --keep) and every mount it made is
 // gone when it returns.
 func runOne(ctx context.Context, opts Options, disp display, label string, idx int, arm string, n, nb, rep int, dev string) *RunResult {
-	r := &RunResult{Arm: arm, Workspaces: n, Neighbours: nb, Repeat: rep}
-	fail := func(format string, args ...any) { r.Errors = append(r.Errors, fmt.Sprintf(format, args...)) }
-	name := fmt.Sprintf("r%d-%s-ws%d-nb%d", rep, arm, n, nb)
-	// The data directory is named by the run's number (the [idx/total] of
-	// the progress display), not by name, to keep paths short (the
-	// sidecars' unix sockets live there when their paths fit in a socket
-	// address). The logs keep the descriptive name.
-	runDir := runDataDir(opts.Out, idx)
-	logDir := filepath.Join(opts.Out, "logs", name)
-	// Fresh directories every run: on ext4 without a journal, creates after
-	// mass deletes are slower, so reusing a directory would skew the next arm.
-	if err := os.RemoveAll(runDir); err != nil {
-		fail("remove stale run directory: %v", err)
-		return r
+	ru := &run{
+		opts: opts, arm: arm, n: n,
+		r: &RunResult{Arm: arm, Workspaces: n, Neighbours: nb, Repeat: rep},
+		// The data directory is named by the run's number (the
+		// [idx/total] of the progress display), not by name, to keep
+		// paths short (the sidecars' unix sockets live there when their
+		// paths fit in a socket address). The logs keep the descriptive
+		// name.
+		runDir: runDataDir(opts.Out, idx),
+		logDir: filepath.Join(opts.Out, "logs", fmt.Sprintf("r%d-%s-ws%d-nb%d", rep, arm, n, nb)),
 	}
-	for _, d := range []string{runDir, logDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			fail("%v", err)
-			return r
-		}
+	ru.home = filepath.Join(ru.runDir, "home")
+	if !ru.makeDirs() {
+		return ru.r
 	}
-	var srv servers
-	home := filepath.Join(runDir, "home")
-	stopSidecars := func() {
-		for _, s := range srv.sidecars {
-			if err := s.p.stop(sidecarStopGrace); err != nil {
-				fail("sidecar %v", err)
-			}
-		}
-		srv.sidecars = nil
-	}
-	defer func() {
-		// Sidecars stop before the daemons (as `wsfs up` does), after a
-		// final sync; each must exit 0, or the run failed.
-		stopSidecars()
-		// Daemons stop last: a wsfs daemon commits and unmounts on SIGTERM
-		// and must exit 0, or the run failed.
-		for _, d := range srv.daemons {
-			if err := d.stop(stopGrace); err != nil {
-				fail("daemon %v", err)
-			}
-		}
-		for _, m := range srv.mounts {
-			if isMounted(m) {
-				fail("mount %s still present after its daemon exited; detaching it", m)
-				if err := forceUnmount(m); err != nil {
-					fail("%v", err)
-				}
-			}
-		}
-		if opts.Layout == LayoutDedicated {
-			// Destroy unmounts and removes the images; it refuses while a
-			// daemon holds a workspace, which the stops above prevent.
-			if _, err := os.Stat(filepath.Join(home, "layout", "layout.json")); err == nil {
-				if err := runTool(opts.Exe, filepath.Join(logDir, "setup.log"), "layout", "destroy", "--home", home); err != nil {
-					fail("%v", err)
-				}
-			}
-		}
-		if !opts.Keep {
-			if err := os.RemoveAll(runDir); err != nil {
-				fail("remove run data: %v", err)
-			}
-			dropCaches()
-		}
-	}()
+	defer ru.teardown()
 
 	// 1. The servers (and, in the wsfs arms, the replication sidecars).
-	setups, err := setupArm(opts, arm, n, runDir, home, logDir, &srv)
+	setups, err := setupArm(opts, arm, n, ru.runDir, ru.home, ru.logDir, &ru.srv)
 	if err != nil {
-		fail("set up %s: %v", arm, err)
-		return r
+		ru.fail("set up %s: %v", arm, err)
+		return ru.r
 	}
-
 	// 2. Noisy neighbours, with a head start to fill the page cache.
-	var neighbours []*proc
-	for j := range nb {
-		p, err := startProc(fmt.Sprintf("neighbour %d", j), opts.Exe,
-			[]string{"agent", "neighbour", "--dir", filepath.Join(runDir, fmt.Sprintf("neighbour-%d", j)),
-				"--bytes", strconv.FormatInt(opts.NeighbourBytes, 10)},
-			nil, filepath.Join(logDir, fmt.Sprintf("neighbour-%d.log", j)), nil)
-		if err != nil {
-			fail("%v", err)
-			break
-		}
-		neighbours = append(neighbours, p)
+	defer ru.stopNeighbours()
+	if !ru.startNeighbours(ctx, nb) {
+		return ru.r
 	}
-	stopNeighbours := func() {
-		for _, p := range neighbours {
-			if err := p.stop(stopGrace); err != nil {
-				fail("neighbour %v", err)
+	// 3. The agents, released together, with the host sampled meanwhile.
+	disp.runStart(label, n)
+	ready := ru.runAgents(ctx, setups, disp, dev)
+	// 4. The replicas, synced under the run's conditions (neighbours still
+	// writing), then verified with the sidecars stopped.
+	replicaErrs := len(ru.r.Errors)
+	if ready {
+		ru.syncReplicas(ctx)
+	}
+	ru.stopNeighbours()
+	if ready && ru.r.Replicated {
+		ru.verifyReplicas(ctx, replicaErrs)
+	}
+	// Daemons that died during the run are a failure even if the agents
+	// finished (their mounts would have returned errors anyway).
+	for _, d := range ru.srv.daemons {
+		if d.exited() {
+			ru.fail("daemon exited during the run: %v", d.exitErr())
+		}
+	}
+	return ru.r
+}
+
+// run is the state of one runOne: its directories, the processes it
+// started (each stopped by teardown or earlier), and the result it fills.
+type run struct {
+	opts                 Options
+	arm                  string
+	n                    int
+	r                    *RunResult
+	runDir, logDir, home string
+	srv                  servers
+	neighbours           []*proc
+}
+
+// fail records an error of the run.
+func (ru *run) fail(format string, args ...any) {
+	ru.r.Errors = append(ru.r.Errors, fmt.Sprintf(format, args...))
+}
+
+// makeDirs creates fresh run and log directories. Fresh every run: on ext4
+// without a journal, creates after mass deletes are slower, so reusing a
+// directory would skew the next arm.
+func (ru *run) makeDirs() bool {
+	if err := os.RemoveAll(ru.runDir); err != nil {
+		ru.fail("remove stale run directory: %v", err)
+		return false
+	}
+	for _, d := range []string{ru.runDir, ru.logDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			ru.fail("%v", err)
+			return false
+		}
+	}
+	return true
+}
+
+// teardown stops what the run started, in the order `wsfs up` uses, and
+// removes the run's data: sidecars (after a final sync; each must exit 0),
+// then daemons (each commits and unmounts on SIGTERM and must exit 0), then
+// any mount left behind, the dedicated layout, and the data directory.
+func (ru *run) teardown() {
+	ru.stopSidecars()
+	for _, d := range ru.srv.daemons {
+		if err := d.stop(stopGrace); err != nil {
+			ru.fail("daemon %v", err)
+		}
+	}
+	for _, m := range ru.srv.mounts {
+		if isMounted(m) {
+			ru.fail("mount %s still present after its daemon exited; detaching it", m)
+			if err := forceUnmount(m); err != nil {
+				ru.fail("%v", err)
 			}
 		}
-		neighbours = nil
 	}
-	defer stopNeighbours()
-	if len(r.Errors) > 0 {
-		return r
+	if ru.opts.Layout == LayoutDedicated {
+		// Destroy unmounts and removes the images; it refuses while a
+		// daemon holds a workspace, which the stops above prevent.
+		if _, err := os.Stat(filepath.Join(ru.home, "layout", "layout.json")); err == nil {
+			if err := runTool(ru.opts.Exe, filepath.Join(ru.logDir, "setup.log"), "layout", "destroy", "--home", ru.home); err != nil {
+				ru.fail("%v", err)
+			}
+		}
+	}
+	if !ru.opts.Keep {
+		if err := os.RemoveAll(ru.runDir); err != nil {
+			ru.fail("remove run data: %v", err)
+		}
+		dropCaches()
+	}
+}
+
+// stopSidecars stops every sidecar still running; each must exit 0.
+func (ru *run) stopSidecars() {
+	for _, s := range ru.srv.sidecars {
+		if err := s.p.stop(sidecarStopGrace); err != nil {
+			ru.fail("sidecar %v", err)
+		}
+	}
+	ru.srv.sidecars = nil
+}
+
+// startNeighbours starts nb noisy neighbours and gives them a head start.
+// It reports whether the run can go on.
+func (ru *run) startNeighbours(ctx context.Context, nb int) bool {
+	for j := range nb {
+		p, err := startProc(fmt.Sprintf("neighbour %d", j), ru.opts.Exe,
+			[]string{"agent", "neighbour", "--dir", filepath.Join(ru.runDir, fmt.Sprintf("neighbour-%d", j)),
+				"--bytes", strconv.FormatInt(ru.opts.NeighbourBytes, 10)},
+			nil, filepath.Join(ru.logDir, fmt.Sprintf("neighbour-%d.log", j)), nil)
+		if err != nil {
+			ru.fail("%v", err)
+			return false
+		}
+		ru.neighbours = append(ru.neighbours, p)
 	}
 	if nb > 0 {
 		select {
 		case <-time.After(neighbourWarm):
 		case <-ctx.Done():
-			return r
+			return false
 		}
 	}
+	return true
+}
 
-	// 3. The agents: start all, wait until every one is prepared, then
-	// release them together.
+// stopNeighbours stops every neighbour still running.
+func (ru *run) stopNeighbours() {
+	for _, p := range ru.neighbours {
+		if err := p.stop(stopGrace); err != nil {
+			ru.fail("neighbour %v", err)
+		}
+	}
+	ru.neighbours = nil
+}
+
+// runAgents starts one agent per workspace, waits until every one is
+// prepared, releases them together with the host sampler running, and
+// collects their results. It reports whether the agents were released (an
+// unready run's agents are stopped and their errors not counted twice).
+func (ru *run) runAgents(ctx context.Context, setups []workspaceSetup, disp display, dev string) bool {
 	every := DefaultFsyncEvery
-	if arm == ArmNativeFsync {
+	if ru.arm == ArmNativeFsync {
 		every = 1
 	}
-	disp.runStart(label, n)
-	agents := make([]*agentProc, n)
+	agents := make([]*agentProc, ru.n)
 	for i, s := range setups {
-		a, err := startAgent(ctx, opts, i, every, s, logDir, disp)
+		a, err := startAgent(ctx, ru.opts, i, every, s, ru.logDir, disp)
 		if err != nil {
-			fail("workspace %d: %v", i, err)
+			ru.fail("workspace %d: %v", i, err)
 			break
 		}
 		agents[i] = a
 	}
-	ready := len(r.Errors) == 0
+	ready := len(ru.r.Errors) == 0
 	for i, a := range agents {
-		if a == nil {
-			continue
-		}
-		if ready {
+		if a != nil && ready {
 			if err := a.waitReady(readyTimeout); err != nil {
-				fail("workspace %d: %v", i, err)
+				ru.fail("workspace %d: %v", i, err)
 				ready = false
 			}
 		}
 	}
 	var sampler *Sampler
 	if ready {
-		sampler, err = StartSampler(opts.ProcRoot, dev)
-		if err != nil {
-			fail("%v", err)
+		var err error
+		if sampler, err = StartSampler(ru.opts.ProcRoot, dev); err != nil {
+			ru.fail("%v", err)
 			ready = false
 		}
 	}
@@ -476,54 +533,53 @@ func runOne(ctx context.Context, opts Options, disp display, label string, idx i
 		<-a.p.done
 		res, err := a.result()
 		if res != nil {
-			r.Agents = append(r.Agents, res)
+			ru.r.Agents = append(ru.r.Agents, res)
 		}
 		if err != nil && ready {
-			fail("workspace %d: %v", i, err)
+			ru.fail("workspace %d: %v", i, err)
 		}
 	}
 	if sampler != nil {
 		samples, sum, err := sampler.Stop()
-		r.HostSamples, r.Host = samples, sum
+		ru.r.HostSamples, ru.r.Host = samples, sum
 		if err != nil {
-			fail("host sampler: %v", err)
+			ru.fail("host sampler: %v", err)
 		}
 	}
-	replicaErrs := len(r.Errors)
-	if ready && len(srv.sidecars) > 0 {
-		// Sync-and-wait under the same conditions as the run (neighbours
-		// still writing), then stop the sidecars and check every replica.
-		r.Replicated = len(srv.sidecars) == n
-		for _, s := range srv.sidecars {
-			d, err := s.syncWait(ctx)
-			if err != nil {
-				fail("%v", err)
-				continue
-			}
-			r.ReplicaSyncNs = append(r.ReplicaSyncNs, int64(d))
+	return ready
+}
+
+// syncReplicas sync-and-waits every sidecar's replica and records how long
+// each took.
+func (ru *run) syncReplicas(ctx context.Context) {
+	if len(ru.srv.sidecars) == 0 {
+		return
+	}
+	ru.r.Replicated = len(ru.srv.sidecars) == ru.n
+	for _, s := range ru.srv.sidecars {
+		d, err := s.syncWait(ctx)
+		if err != nil {
+			ru.fail("%v", err)
+			continue
+		}
+		ru.r.ReplicaSyncNs = append(ru.r.ReplicaSyncNs, int64(d))
+	}
+}
+
+// verifyReplicas stops the sidecars and restores and checks every replica
+// row for row; the run's replicas are verified if neither the sync nor the
+// checks added an error to the errors counted before the sync.
+func (ru *run) verifyReplicas(ctx context.Context, before int) {
+	sidecars := ru.srv.sidecars
+	ru.stopSidecars()
+	for _, s := range sidecars {
+		rows, err := s.verify(ctx, filepath.Join(ru.runDir, "replica-check", s.name+".db"))
+		ru.r.ReplicaRows = append(ru.r.ReplicaRows, rows)
+		if err != nil {
+			ru.fail("replica NOT verified: %v", err)
 		}
 	}
-	stopNeighbours()
-	if ready && r.Replicated {
-		sidecars := srv.sidecars
-		stopSidecars()
-		for _, s := range sidecars {
-			rows, err := s.verify(ctx, filepath.Join(runDir, "replica-check", s.name+".db"))
-			r.ReplicaRows = append(r.ReplicaRows, rows)
-			if err != nil {
-				fail("replica NOT verified: %v", err)
-			}
-		}
-		r.ReplicaVerified = len(r.Errors) == replicaErrs
-	}
-	// Daemons that died during the run are a failure even if the agents
-	// finished (their mounts would have returned errors anyway).
-	for _, d := range srv.daemons {
-		if d.exited() {
-			fail("daemon exited during the run: %v", d.exitErr())
-		}
-	}
-	return r
+	ru.r.ReplicaVerified = len(ru.r.Errors) == before
 }
 
 // runDataDir is the data directory of run number idx.
@@ -666,7 +722,6 @@ type agentProc struct {
 	resultPath string
 	readyCh    chan struct{}
 	readyOnce  sync.Once
-	sawDone    bool
 	scanDone   chan struct{}
 }
 
@@ -716,8 +771,6 @@ func startAgent(ctx context.Context, opts Options, i, fsyncEvery int, s workspac
 				a.readyOnce.Do(func() { close(a.readyCh) })
 			case msgProgress:
 				disp.update(i, m.phase, m.done, m.total)
-			case msgDone:
-				a.sawDone = true
 			}
 		}
 	}()

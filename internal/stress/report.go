@@ -166,7 +166,8 @@ func summarizeGroup(arm string, ws, nb int, runs []*RunResult) SummaryRow {
 	return row
 }
 
-// Target is one of issue 4's targets evaluated on this run's rows.
+// Target is one of the project's performance targets (docs/benchmarks.md)
+// evaluated on this run's rows.
 type Target struct {
 	Name   string  `json:"name"`
 	Detail string  `json:"detail"` // the numbers behind Value
@@ -194,7 +195,7 @@ func notEvaluated(name, why string) Target {
 	return Target{Name: name, Status: TargetNotEvaluated, Detail: why}
 }
 
-// EvaluateTargets checks issue 4's targets against rows from one run. A
+// EvaluateTargets checks the project's targets against rows from one run. A
 // target whose arms or workspace counts are missing is "not evaluated" with
 // the reason; one computed from a failed (unverified) row is evaluated but
 // says so. A slowdown s is the ratio of median wall times with and without
@@ -352,8 +353,8 @@ func writeReport(path string, res *Results) error {
 		}
 	}
 	writeReplication(&b, res.Summary)
-	b.WriteString("\n## Targets (issue 4)\n\n")
-	b.WriteString("Ratios of median wall times measured in this run. The issue's targets are stated for profile `seed` at 1, 3, 9 and 21 workspaces; other profiles give indicative values.\n\n")
+	b.WriteString("\n## Targets\n\n")
+	b.WriteString("Ratios of median wall times measured in this run. The targets are stated for profile `seed` at 1, 3, 9 and 21 workspaces; other profiles give indicative values.\n\n")
 	for _, t := range res.Targets {
 		if t.Status == TargetNotEvaluated {
 			fmt.Fprintf(&b, "- **not evaluated**: %s — %s\n", t.Name, t.Detail)
