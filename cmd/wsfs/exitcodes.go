@@ -2,14 +2,9 @@ package main
 
 import "errors"
 
-// Exit codes. Scripts may rely on these; do not renumber.
-//
-//	0  success
-//	1  runtime failure (I/O error, failed sync, verification failure)
-//	2  usage error (unknown command, wrong flag, missing argument)
-//	3  precondition not met (no /dev/fuse, not root, mount point busy,
-//	   workspace locked by another daemon, unknown workspace)
-//	4  data problem (corrupt log or object); the message says what to do
+// Exit codes. Scripts may rely on these; do not renumber. exitCodes is the
+// one table of them: 'wsfs -h' prints it and the README's table is checked
+// against it (TestREADMEExitCodes; -update rewrites the README's).
 const (
 	exitOK           = 0
 	exitFailure      = 1
@@ -17,6 +12,18 @@ const (
 	exitPrecondition = 3
 	exitCorrupt      = 4
 )
+
+// exitCodes says what each exit code means, in order.
+var exitCodes = []struct {
+	code    int
+	meaning string
+}{
+	{exitOK, "success (also -h and --help)"},
+	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, no sidecar answering"},
+	{exitUsage, "usage error: unknown command or flag, missing or extra argument, invalid workspace name or flag value"},
+	{exitPrecondition, "precondition not met: no host, unknown workspace, no /dev/fuse, not root, mount point busy, workspace served by another daemon, state or pool directory not empty, no layout"},
+	{exitCorrupt, "corrupt data (log or object): the message names the segment or object and what to do"},
+}
 
 // usageError marks an error as the caller's wrong invocation.
 type usageError struct{ msg string }
