@@ -23,7 +23,6 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
-	"regexp"
 
 	"wsfs/internal/vfs"
 )
@@ -172,18 +171,6 @@ func (h *Host) PoolDir() string { return h.pool }
 
 // MountDir is the absolute directory holding the default mount points.
 func (h *Host) MountDir() string { return h.mnt }
-
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
-// ValidateName checks a workspace name: 1 to 63 characters of [a-z0-9._-],
-// starting with a letter or digit (so it is a safe path element and never
-// "." or "..").
-func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("invalid workspace name %q: use 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit", name)
-	}
-	return nil
-}
 
 // WorkspaceDir is STATE/workspaces/NAME (whether or not it exists). The name
 // must be valid.
