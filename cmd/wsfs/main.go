@@ -185,7 +185,13 @@ func run(ctx context.Context, g *globals, args []string) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	fmt.Fprintf(g.stderr, "wsfs %s: %v\n", c.name, err)
+	label := c.name // "state restore" for a subcommand's error
+	if _, rest, _ := globalFlags(args[1:]); len(rest) > 0 {
+		if s, ok := c.sub(rest[0]); ok {
+			label += " " + s.name
+		}
+	}
+	fmt.Fprintf(g.stderr, "wsfs %s: %v\n", label, err)
 	return exitCodeOf(err)
 }
 

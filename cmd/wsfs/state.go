@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -110,6 +111,9 @@ func runStateRestore(ctx context.Context, g *globals, args []string) error {
 		dst = agentstate.PathsFor(h, name).DB
 	}
 	if err := agentstate.Restore(ctx, agentstate.RestoreOptions{ReplicaURL: url, To: dst, At: when}); err != nil {
+		if na := (*agentstate.NotAvailableError)(nil); errors.As(err, &na) {
+			return preconditionError{err} // the replica lacks the state asked for
+		}
 		return err
 	}
 	fmt.Fprintf(g.stdout, "%s: restored %s from %s\n", name, dst, url)
