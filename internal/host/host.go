@@ -34,7 +34,8 @@ const ConfigFile = "wsfs.json"
 // against HOME, so a host directory can be moved as a whole.
 //
 // Unknown fields are ignored when reading, so older binaries can open a
-// config that newer ones extended. New sections are added as new fields.
+// config that newer ones extended; Open logs a warning naming each
+// (configkeys.go). New sections are added as new fields.
 type Config struct {
 	// StateDir holds the per-workspace logs, checkpoints, locks and agent
 	// state. Default "state".
@@ -133,6 +134,7 @@ func Open(home string) (*Host, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return nil, fmt.Errorf("host config %s is not valid JSON (%v): fix or remove it and run `wsfs init --home %s`", cfgPath, err, home)
 	}
+	warnUnknownKeys(cfgPath, data)
 	def := DefaultConfig()
 	for _, p := range []struct {
 		v   *string
