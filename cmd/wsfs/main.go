@@ -35,6 +35,7 @@ type command struct {
 	subcommands []command
 	argsUsage   string // for commands with subcommands: what follows the verb
 	about       string // for commands with subcommands: the text of 'wsfs NAME -h'
+	ownRun      bool   // set by register: a command with subcommands and its own run
 }
 
 var commands = map[string]command{}
@@ -45,6 +46,7 @@ func register(c command) {
 	}
 	if len(c.subcommands) > 0 {
 		own := c.run
+		c.ownRun = own != nil
 		c.run = func(ctx context.Context, g *globals, args []string) error {
 			return c.dispatch(ctx, g, own, args)
 		}
