@@ -21,7 +21,7 @@ var exitCodes = []struct {
 	{exitOK, "success (also -h and --help)"},
 	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, no sidecar answering"},
 	{exitUsage, "usage error: unknown command or flag, missing or extra argument, invalid workspace name or flag value"},
-	{exitPrecondition, "precondition not met: no host, unknown workspace, no /dev/fuse, not root, mount point busy, workspace served by another daemon, state or pool directory not empty, no layout"},
+	{exitPrecondition, "precondition not met: no host, unknown workspace, no /dev/fuse, not root, mount point busy, workspace served by another daemon, state or pool directory not empty, no layout, a replica without the state asked for"},
 	{exitCorrupt, "corrupt data (log or object): the message names the segment or object and what to do"},
 }
 
