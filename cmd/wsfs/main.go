@@ -147,8 +147,21 @@ func main() {
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
-	os.Exit(run(ctx, g, os.Args[1:]))
+	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr}
+	os.Exit(m.Run(ctx, os.Args[1:]))
+}
+
+// Main is the wsfs program (the shape of litestream's cmd/litestream): Run
+// takes the global flags, dispatches to the command named by the first
+// argument and returns the process's exit code (exitcodes.go). Commands
+// write their output to Stdout and their usage, logs and errors to Stderr.
+type Main struct {
+	Stdout, Stderr io.Writer
+}
+
+// Run runs one wsfs command line (without the program name).
+func (m *Main) Run(ctx context.Context, args []string) int {
+	return run(ctx, &globals{stdout: m.Stdout, stderr: m.Stderr}, args)
 }
 
 func run(ctx context.Context, g *globals, args []string) int {
