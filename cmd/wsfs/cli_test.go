@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
+	"wsfs/internal/layout"
+	"wsfs/internal/vfs"
 )
 
 // commandLines returns every registered command and subcommand as the
@@ -270,5 +275,58 @@ func TestExitCodes(t *testing.T) {
 	// The refused layout create left the stray file visible: nothing mounted over it.
 	if _, err := os.Stat(filepath.Join(busy, "state", "stray")); err != nil {
 		t.Errorf("after the refused layout create: %v", err)
+	}
+}
+
+// TestExitCodeOf: the marks and the sentinels, however deeply wrapped.
+func TestExitCodeOf(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", err)) }
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{errors.New("disk on fire"), exitFailure},
+		{wrap(usageError{"bad"}), exitUsage},
+		{wrap(preconditionError{errors.New("x")}), exitPrecondition},
+		{wrap(corruptError{errors.New("x")}), exitCorrupt},
+		{usageError{"bad flag"}, exitUsage},
+		{wrap(host.ErrInvalidName), exitUsage},
+		{wrap(host.ErrNoHost), exitPrecondition},
+		{wrap(host.ErrNoWorkspace), exitPrecondition},
+		{wrap(host.ErrWorkspaceExists), exitPrecondition},
+		{wrap(vfs.ErrLocked), exitPrecondition},
+		{wrap(layout.ErrNotRoot), exitPrecondition},
+		{wrap(layout.ErrBusy), exitPrecondition},
+		{wrap(layout.ErrNotEmpty), exitPrecondition},
+		{wrap(layout.ErrNoLayout), exitPrecondition},
+		{wrap(&agentstate.NotAvailableError{}), exitPrecondition},
+		// An explicit mark wins over a sentinel inside it.
+		{corruptError{wrap(vfs.ErrLocked)}, exitCorrupt},
+	} {
+		if got := exitCodeOf(tc.err); got != tc.code {
+			t.Errorf("exitCodeOf(%v) = %d, want %d", tc.err, got, tc.code)
+		}
+	}
+}
+
+// TestSecondSidecarRefused: a sidecar for a workspace whose agent state
+// another sidecar replicates is refused with exit 3, saying so.
+func TestSecondSidecarRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	home := newCLIHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := agentstate.PathsFor(h, "ws-1")
+	sc, err := agentstate.Start(ctx, agentstate.Options{Workspace: "ws-1", DBPath: p.DB, ReplicaURL: p.ReplicaDir, SocketPath: p.Socket, StatusPath: p.Status})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close(ctx)
+	code, _, stderr := runCLI(ctx, "sidecar", "ws-1", "--home", home)
+	if code != exitPrecondition || !strings.Contains(stderr, "already replicating") {
+		t.Errorf("second sidecar: exit %d, %q; want exit 3 saying another sidecar replicates", code, stderr)
 	}
 }

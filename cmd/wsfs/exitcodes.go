@@ -1,6 +1,13 @@
 package main
 
-import "errors"
+import (
+	"errors"
+
+	"wsfs/internal/agentstate"
+	"wsfs/internal/host"
+	"wsfs/internal/layout"
+	"wsfs/internal/vfs"
+)
 
 // Exit codes. Scripts may rely on these; do not renumber. exitCodes is the
 // one table of them: 'wsfs -h' prints it and the README's table is checked
@@ -42,10 +49,29 @@ type corruptError struct{ err error }
 func (e corruptError) Error() string { return e.err.Error() }
 func (e corruptError) Unwrap() error { return e.err }
 
+// sentinelCodes classify the errors that packages mark with a sentinel, for
+// commands that return them unwrapped: the first match wins, after the
+// explicit usageError, preconditionError and corruptError marks.
+var sentinelCodes = []struct {
+	err  error
+	code int
+}{
+	{host.ErrInvalidName, exitUsage},
+	{host.ErrNoHost, exitPrecondition},
+	{host.ErrNoWorkspace, exitPrecondition},
+	{host.ErrWorkspaceExists, exitPrecondition},
+	{vfs.ErrLocked, exitPrecondition}, // served by another daemon, sidecar or gc
+	{layout.ErrNotRoot, exitPrecondition},
+	{layout.ErrBusy, exitPrecondition},
+	{layout.ErrNotEmpty, exitPrecondition},
+	{layout.ErrNoLayout, exitPrecondition},
+}
+
 func exitCodeOf(err error) int {
 	var u usageError
 	var p preconditionError
 	var c corruptError
+	var na *agentstate.NotAvailableError
 	switch {
 	case errors.As(err, &u):
 		return exitUsage
@@ -53,6 +79,13 @@ func exitCodeOf(err error) int {
 		return exitPrecondition
 	case errors.As(err, &c):
 		return exitCorrupt
+	case errors.As(err, &na):
+		return exitPrecondition
+	}
+	for _, s := range sentinelCodes {
+		if errors.Is(err, s.err) {
+			return s.code
+		}
 	}
 	return exitFailure
 }
