@@ -253,7 +253,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nglobal flags (before the command, or among its flags):\n  --home DIR  host directory (env WSFS_HOME, default ./wsfs-data)")
+	fmt.Fprintln(w, "\nglobal flags (before the command, or among its flags; not for the internal commands):\n  --home DIR  host directory (env WSFS_HOME, default ./wsfs-data)")
 	fmt.Fprintln(w, "\nFlags may come before, between or after the arguments; -- ends them.")
 	fmt.Fprintln(w, "Run 'wsfs <command> -h' for a command's flags.\n\nexit codes:")
 	for _, e := range exitCodes {
