@@ -25,10 +25,10 @@ var exitCodes = []struct {
 	code    int
 	meaning string
 }{
-	{exitOK, "success (also -h and --help)"},
-	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, no sidecar answering"},
-	{exitUsage, "usage error: unknown command or flag, missing or extra argument, invalid workspace name or flag value"},
-	{exitPrecondition, "precondition not met: no host, unknown workspace, no /dev/fuse, not root, mount point busy, workspace served by another daemon, state or pool directory not empty, no layout, a replica without the state asked for"},
+	{exitOK, "success; also `-h`/`--help`, and a daemon or sidecar stopped by SIGINT/SIGTERM after its final commit or sync"},
+	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, a mount removed from outside, no sidecar answering `state sync`"},
+	{exitUsage, "usage error: unknown command or flag, bad flag value, missing or extra argument, invalid workspace name (the message says what is wrong with it)"},
+	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout); mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout; a replica without the state asked for (`state restore`)"},
 	{exitCorrupt, "corrupt data (log or object): the message names the segment or object and what to do"},
 }
 

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -33,9 +34,10 @@ type command struct {
 	// and every verb's usage. If run is set, a first argument naming a verb
 	// goes to it and anything else to run.
 	subcommands []command
-	argsUsage   string // for commands with subcommands: what follows the verb
-	about       string // for commands with subcommands: the text of 'wsfs NAME -h'
-	ownRun      bool   // set by register: a command with subcommands and its own run
+	argsUsage   string   // for commands with subcommands: what follows the verb
+	about       string   // for commands with subcommands: the text of 'wsfs NAME -h'
+	ownRun      bool     // set by register: a command with subcommands and its own run
+	aliases     []string // other names of a subcommand ("list" for "ls")
 }
 
 var commands = map[string]command{}
@@ -57,7 +59,7 @@ func register(c command) {
 // sub returns the subcommand called name.
 func (c command) sub(name string) (command, bool) {
 	for _, s := range c.subcommands {
-		if s.name == name {
+		if s.name == name || slices.Contains(s.aliases, name) {
 			return s, true
 		}
 	}

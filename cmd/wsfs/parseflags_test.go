@@ -90,3 +90,49 @@ func TestMainRun(t *testing.T) {
 		t.Errorf("nope: exit %d, stderr %q", code, e.String())
 	}
 }
+
+// TestSubcommandDispatch: a command registered with subcommands finds
+// them by name or alias, takes --home before the verb, and refuses the
+// rest with a usage error.
+func TestSubcommandDispatch(t *testing.T) {
+	var got []string
+	rec := func(verb string) func(context.Context, *globals, []string) error {
+		return func(_ context.Context, _ *globals, args []string) error {
+			got = append([]string{verb}, args...)
+			return nil
+		}
+	}
+	c := command{name: "t", about: "test", subcommands: []command{
+		{name: "ls", aliases: []string{"list"}, run: rec("ls")},
+		{name: "rm", run: rec("rm")},
+	}}
+	g := &globals{stdout: io.Discard, stderr: io.Discard}
+	for _, tc := range []struct {
+		args    []string
+		want    []string
+		wantErr string
+	}{
+		{args: []string{"ls", "a", "-x"}, want: []string{"ls", "a", "-x"}},
+		{args: []string{"list"}, want: []string{"ls"}},
+		{args: []string{"--home", "H", "rm", "a"}, want: []string{"rm", "--home=H", "a"}},
+		{args: []string{"-home=H", "rm"}, want: []string{"rm", "--home=H"}},
+		{args: nil, wantErr: "expected a subcommand: ls|rm"},
+		{args: []string{"mv"}, wantErr: `unknown subcommand "mv": expected ls|rm`},
+		{args: []string{"-x", "ls"}, wantErr: "flag -x comes before the subcommand"},
+		{args: []string{"-h"}, wantErr: flag.ErrHelp.Error()},
+	} {
+		got = nil
+		err := c.dispatch(context.Background(), g, nil, tc.args)
+		if tc.wantErr != "" {
+			// (printing the usage runs each subcommand with -h, nothing else)
+			ran := got != nil && !slices.Equal(got[1:], []string{"-h"})
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || ran {
+				t.Errorf("%q: err %v, ran %q; want an error saying %q", tc.args, err, got, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%q: ran %q, err %v; want %q", tc.args, got, err, tc.want)
+		}
+	}
+}

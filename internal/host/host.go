@@ -23,6 +23,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"regexp"
 
 	"wsfs/internal/vfs"
 )
@@ -173,6 +174,10 @@ func (h *Host) PoolDir() string { return h.pool }
 
 // MountDir is the absolute directory holding the default mount points.
 func (h *Host) MountDir() string { return h.mnt }
+
+// nameRE is the whole grammar of a workspace name; ValidateName (name.go)
+// says which part of it a name breaks.
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // WorkspaceDir is STATE/workspaces/NAME (whether or not it exists). The name
 // must be valid.

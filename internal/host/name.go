@@ -61,5 +61,8 @@ func nameProblem(name string) string {
 			return fmt.Sprintf("it contains %q", r)
 		}
 	}
+	if !nameRE.MatchString(name) { // the reasons above cover the grammar; this keeps them honest
+		return "it does not match " + nameRE.String()
+	}
 	return ""
 }

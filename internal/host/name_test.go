@@ -75,3 +75,26 @@ func TestMethodsValidateNames(t *testing.T) {
 		t.Errorf("Workspaces after refused names: %q, %v", names, err)
 	}
 }
+
+// TestNameReasonsMatchGrammar: nameProblem and nameRE agree on every
+// string of up to two characters over an alphabet that covers each rule.
+func TestNameReasonsMatchGrammar(t *testing.T) {
+	alphabet := []string{"a", "z", "0", "9", ".", "_", "-", "/", "A", " ", "\x00", "\t", "é", "\xff"}
+	var names []string
+	for _, a := range alphabet {
+		names = append(names, a)
+		for _, b := range alphabet {
+			names = append(names, a+b)
+		}
+	}
+	for _, n := range names {
+		// Without the final grammar check: the specific reasons alone.
+		specific := nameProblem(n)
+		if strings.HasPrefix(specific, "it does not match") {
+			t.Errorf("%q: only the grammar check refuses it: give it a reason", n)
+		}
+		if (specific == "") != nameRE.MatchString(n) {
+			t.Errorf("%q: reason %q but grammar match %v", n, specific, nameRE.MatchString(n))
+		}
+	}
+}
