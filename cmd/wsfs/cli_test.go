@@ -216,8 +216,9 @@ func TestInvalidNamesAreUsageErrors(t *testing.T) {
 	}
 }
 
-// TestExitCodes pins the exit code of each refusal that needs no mount.
-func TestExitCodes(t *testing.T) {
+// TestRefusalExitCodes pins the exit code of each refusal that needs no mount
+// and no root (exitcodes_test.go on the host-safety side covers the daemon's).
+func TestRefusalExitCodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	home := newCLIHost(t)
