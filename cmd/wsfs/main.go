@@ -1,8 +1,14 @@
 // Command wsfs is the workspace filesystem: host setup, workspace daemons,
 // the stress harness and the host supervisor.
 //
-// Each subcommand lives in its own file with its own flag set and usage text,
-// and registers itself in commands. Exit codes are listed in exitcodes.go.
+// Main.Run is the entry point (the shape of litestream's cmd/litestream).
+// Each command lives in its own file with its own flag set and usage text,
+// and registers itself in commands; a command with verbs (state sync,
+// layout create) registers them as its subcommands. Every command parses
+// its flags with parseFlags, so flags may come anywhere after the command
+// name and -h is exit 0 with the usage; the global --home may also come
+// before the command. Exit codes and the one table of them are in
+// exitcodes.go.
 package main
 
 import (
