@@ -40,16 +40,16 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	g.homeFlag(fs)
 	replica := fs.String("replica", "", "replica path or Litestream replica URL for this workspace (default: config, else POOL/replicas/NAME)")
 	interval := fs.Duration("sync-interval", time.Second, "how often Litestream uploads new transactions (the window that can be lost)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"expected one workspace NAME"}
+	name, err := nameArg(fs)
+	if err != nil {
+		return err
 	}
 	if *interval <= 0 {
 		return usageError{"--sync-interval must be positive"}
 	}
-	name := fs.Arg(0)
 	h, err := openHostChecked(g.home, name)
 	if err != nil {
 		return err

@@ -38,8 +38,8 @@ One line per workspace of the host:
 func runStatus(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "status", "", statusAbout)
 	g.homeFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}

@@ -48,8 +48,8 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 	minBackoff := fs.Duration("min-backoff", 500*time.Millisecond, "first restart delay after a child dies")
 	maxBackoff := fs.Duration("max-backoff", 30*time.Second, "cap of the restart delay")
 	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "how long to wait for a child after SIGTERM before SIGKILL")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}

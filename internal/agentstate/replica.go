@@ -57,8 +57,12 @@ func ReadConfig(h *host.Host) (ConfigSection, error) {
 
 // ReplicaURL returns the replica of workspace name: override if set (a full
 // URL or path for this workspace), else the config's replica_url with the
-// name filled in, else the default file replica directory.
+// name filled in, else the default file replica directory. An invalid name
+// is refused (host.ErrInvalidName).
 func ReplicaURL(h *host.Host, name, override string) (string, error) {
+	if err := host.ValidateName(name); err != nil {
+		return "", err // "" would name the directory of every replica
+	}
 	if override != "" {
 		return override, nil
 	}

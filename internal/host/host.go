@@ -35,7 +35,8 @@ const ConfigFile = "wsfs.json"
 // against HOME, so a host directory can be moved as a whole.
 //
 // Unknown fields are ignored when reading, so older binaries can open a
-// config that newer ones extended. New sections are added as new fields.
+// config that newer ones extended; Open logs a warning naming each
+// (configkeys.go). New sections are added as new fields.
 type Config struct {
 	// StateDir holds the per-workspace logs, checkpoints, locks and agent
 	// state. Default "state".
@@ -134,6 +135,7 @@ func Open(home string) (*Host, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return nil, fmt.Errorf("host config %s is not valid JSON (%v): fix or remove it and run `wsfs init --home %s`", cfgPath, err, home)
 	}
+	warnUnknownKeys(cfgPath, data)
 	def := DefaultConfig()
 	for _, p := range []struct {
 		v   *string
@@ -173,17 +175,9 @@ func (h *Host) PoolDir() string { return h.pool }
 // MountDir is the absolute directory holding the default mount points.
 func (h *Host) MountDir() string { return h.mnt }
 
+// nameRE is the whole grammar of a workspace name; ValidateName (name.go)
+// says which part of it a name breaks.
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
-// ValidateName checks a workspace name: 1 to 63 characters of [a-z0-9._-],
-// starting with a letter or digit (so it is a safe path element and never
-// "." or "..").
-func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("invalid workspace name %q: use 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit", name)
-	}
-	return nil
-}
 
 // WorkspaceDir is STATE/workspaces/NAME (whether or not it exists). The name
 // must be valid.
