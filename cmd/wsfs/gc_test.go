@@ -18,7 +18,8 @@ import (
 )
 
 // TestGC: gc keeps what a workspace references and removes an old object
-// nothing references; it refuses while a daemon holds a workspace.
+// nothing references, while the workspace is being served (its lock held
+// by an open workspace); it reports the bytes reclaimed.
 func TestGC(t *testing.T) {
 	ctx := context.Background()
 	home := newHost(t)
@@ -95,23 +96,29 @@ func TestGC(t *testing.T) {
 		t.Fatalf("%d objects in the pool, want 4", objects)
 	}
 
-	// Served: gc refuses and removes nothing.
-	if code, out := wsfsRun(ctx, "gc", "--home", home); code != exitPrecondition || !strings.Contains(out, "served by a daemon") {
-		t.Fatalf("gc while served: exit %d, %s", code, out)
-	}
-	if _, err := os.Stat(p.Path(garbage)); err != nil {
-		t.Fatalf("gc while served removed an object: %v", err)
-	}
-	if err := ws.Close(); err != nil {
-		t.Fatal(err)
-	}
-
 	if code, out := wsfsRun(ctx, "gc", "--home", home, "--grace", "10m"); code != exitUsage {
 		t.Fatalf("gc --grace 10m: exit %d, %s", code, out)
 	}
+	if code, out := wsfsRun(ctx, "gc", "--home", home, "--test-grace", "1s"); code != exitUsage {
+		t.Fatalf("gc --test-grace without %s: exit %d, %s", pool.TestMinGraceEnv, code, out)
+	}
+	// Served: the workspace stays open (locked) during the pass.
 	code, out := wsfsRun(ctx, "gc", "--home", home)
-	if code != 0 || !strings.Contains(out, "removed 1") {
-		t.Fatalf("gc: exit %d, %s", code, out)
+	if code != 0 || !strings.Contains(out, "removed 1 ") || !strings.Contains(out, "(100000 bytes)") {
+		t.Fatalf("gc while served: exit %d, %s", code, out)
+	}
+	// The served workspace still reads its pooled file.
+	fh, err = ws.OpenFile(a.Ino, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got0 := make([]byte, len(kept))
+	if n, err := fh.ReadAt(got0, 0); n != len(kept) || !bytes.Equal(got0, kept) {
+		t.Fatalf("served workspace after gc: %d bytes, %v", n, err)
+	}
+	fh.Release()
+	if err := ws.Close(); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(p.Path(garbage)); !os.IsNotExist(err) {
 		t.Errorf("unreferenced object still there: %v", err)

@@ -57,6 +57,11 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 	if *n < 0 || *minBackoff <= 0 || *maxBackoff < *minBackoff || *stopTimeout <= 0 {
 		return usageError{"--workspaces must be >= 0, backoffs positive with --max-backoff >= --min-backoff, --stop-timeout positive"}
 	}
+	if h0, err := host.Open(g.home); err == nil {
+		if err := checkLayoutMounted(h0); err != nil { // layoutcheck.go
+			return err
+		}
+	}
 	var h *host.Host
 	var err error
 	if *n > 0 {
@@ -76,7 +81,7 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 		if err := h.CreateWorkspace(name); err == nil {
 			log.Info("created workspace", "workspace", name)
 		} else if !errors.Is(err, host.ErrWorkspaceExists) {
-			return err
+			return identityError(err)
 		}
 	}
 	names, err := h.Workspaces()
