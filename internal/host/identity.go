@@ -243,8 +243,8 @@ func (h *Host) EnsureIdentity() error {
 	return nil
 }
 
-// EnsureIdentityIfUsed is EnsureIdentity for a host that has markers or
-// at least one workspace; a host with neither is left without markers
+// EnsureIdentityIfUsed is EnsureIdentity for a host that has markers, a
+// workspace or pool objects; a host with none is left without markers
 // (they are written with its first workspace), so that its state and pool
 // directories stay empty for `wsfs layout create` to mount over. `wsfs
 // init` calls it: that is the one-time step that gives a host made by an
@@ -267,7 +267,11 @@ func (h *Host) EnsureIdentityIfUsed() error {
 		return err
 	}
 	if len(names) == 0 && !havePool {
-		return nil
+		objs, err := poolHasObjects(h.pool)
+		if err != nil || !objs {
+			return err
+		}
+		// Objects but no workspace: EnsureIdentity says what is wrong.
 	}
 	return h.EnsureIdentity()
 }
