@@ -75,17 +75,19 @@ has its state directory. Another gc running at the same time is refused
 too.`)
 	g.homeFlag(flags)
 	grace := flags.Duration("grace", 24*time.Hour, fmt.Sprintf("keep unreferenced objects used more recently than this (at least %v)", pool.MinGrace))
-	testGrace := flags.Duration("test-grace", 0, "tests only (needs "+pool.TestMinGraceEnv+"): a grace below the minimum")
+	// Hidden: defined only when the test override is set, so that
+	// production never sees (or accepts) it.
+	var testGrace *time.Duration
+	if os.Getenv(pool.TestMinGraceEnv) != "" {
+		testGrace = flags.Duration("test-grace", 0, "tests only: a grace below the minimum, down to "+pool.TestMinGraceEnv)
+	}
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
 	if flags.NArg() != 0 {
 		return usageError{fmt.Sprintf("gc takes no arguments, got %q", flags.Args())}
 	}
-	if *testGrace != 0 {
-		if os.Getenv(pool.TestMinGraceEnv) == "" {
-			return usageError{fmt.Sprintf("--test-grace is for tests only and needs %s set", pool.TestMinGraceEnv)}
-		}
+	if testGrace != nil && *testGrace != 0 {
 		*grace = *testGrace
 	}
 	if min := pool.EffectiveMinGrace(); *grace < min {
