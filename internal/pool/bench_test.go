@@ -64,7 +64,11 @@ func freshPoolWith(b *testing.B, root string, n int, payload [][]byte) (string, 
 // BenchmarkPutDedupHit measures a dedup hit on the OS file system: "first"
 // is the first hit in a process (Protect, then a read and compare of the
 // existing object), "verified" a later one (Protect and its check of the
-// name only). 256 KiB objects.
+// name only). 256 KiB objects. Both include hashing the caller's bytes.
+//
+// 2-vCPU VM, shared and noisy (-benchtime=300x -count=3, 2026-12-01):
+// first 0.56-0.67 ms, verified 0.17-0.45 ms; the compare costs about one
+// read of the object, once per object per process.
 func BenchmarkPutDedupHit(b *testing.B) {
 	const size = 256 << 10
 	dir := filepath.Join(b.TempDir(), "pool")
