@@ -93,6 +93,9 @@ first); fsync returns once everything before it is durable.`)
 	if err != nil {
 		return err
 	}
+	if err := checkLayoutMounted(h); err != nil { // layoutcheck.go
+		return err
+	}
 	if err := fusefs.CheckFUSE(); err != nil {
 		return preconditionError{err}
 	}

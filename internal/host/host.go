@@ -210,10 +210,16 @@ func (h *Host) CreateWorkspace(name string) error {
 	if _, err := vfs.Default.Stat(dir); err == nil {
 		return fmt.Errorf("%w: %s (at %s)", ErrWorkspaceExists, name, dir)
 	}
+	if err := h.EnsureIdentity(); err != nil { // identity.go: refuses a state directory the pool does not know
+		return err
+	}
 	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create workspace %s: %w", name, err)
 	}
-	return vfs.SyncDir(vfs.Default, filepath.Dir(dir))
+	if err := vfs.SyncDir(vfs.Default, filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return h.RegisterWorkspace(name) // identity.go: after the directory, so GC never misses it
 }
 
 // CheckWorkspace returns an error wrapping ErrNoWorkspace unless NAME is a
@@ -288,12 +294,15 @@ func (h *Host) RemoveWorkspace(name string) error {
 	defer l.Close()
 	// Rename first so the removal is atomic for readers of the registry.
 	dir := h.WorkspaceDir(name)
-	trash := filepath.Join(filepath.Dir(dir), vfs.TempPrefix+"rm-"+name)
+	trash := h.RemovingDir(name)
 	if err := vfs.Default.RemoveAll(trash); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	if err := vfs.Default.Rename(dir, trash); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
+	}
+	if err := h.unregisterWorkspace(name); err != nil { // identity.go: only once the directory is away
+		return err
 	}
 	if err := vfs.Default.RemoveAll(trash); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
