@@ -40,7 +40,7 @@ func Publish(fsys FS, final string, sync bool, write func(f File) error) error {
 		}
 		tmp = filepath.Join(dir, TempPrefix+hex.EncodeToString(b[:]))
 		var err error
-		f, err = fsys.CreateExcl(tmp, 0o644)
+		f, err = fsys.CreateExcl(tmp, 0o600)
 		if err == nil {
 			break
 		}
