@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"wsfs/internal/host"
 )
@@ -29,6 +30,9 @@ config and workspaces and only creates what is missing.`)
 	}
 	h, err := host.Init(g.home)
 	if err != nil {
+		return err
+	}
+	if err := ensurePrivate(h, slog.New(slog.NewTextHandler(g.stderr, nil))); err != nil {
 		return err
 	}
 	fmt.Fprintf(g.stdout, "wsfs: host ready at %s (state %s, pool %s, mount points %s)\n", h.Home(), h.StateDir(), h.PoolDir(), h.MountDir())
