@@ -230,7 +230,7 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 		if !root {
 			// go-fuse fell back to fusermount3, whose failure reads
 			// "exited with code 256"; say what to do instead.
-			return nil, precondition("mount %s as uid %d failed (%v): wsfs mounts as root (run the daemon as root, as the systemd units and `wsfs up` do; agents of other users reach the mount through allow_other); without root it needs a setuid fusermount3 that permits this mount point", mp, os.Geteuid(), err)
+			return nil, precondition("mounting %s as uid %d failed (%s): run the daemon as root, as the systemd units and `wsfs up` do (agents of other users reach the mount through allow_other); a mount without root needs /dev/fuse open to that user and a setuid fusermount3 that permits the mount point", mp, os.Geteuid(), strings.TrimSpace(err.Error()))
 		}
 		return nil, fmt.Errorf("mount %s: %w", mp, err)
 	}
