@@ -282,13 +282,14 @@ func TestRemountAfterSIGKILL(t *testing.T) {
 				t.Errorf("status after SIGKILL: exit %d, %q; want the mount shown dead", code, out)
 			}
 		}
-		d = tryDaemon(t, home, "")
+		d = tryDaemon(t, home, "", "--log-level", "debug")
 		if err := d.waitReady(); err != nil {
 			t.Fatalf("round %d: remount after SIGKILL: %v", round, err)
 		}
 		if !strings.Contains(d.out.String(), "detached the dead mount") {
 			t.Errorf("round %d: the daemon did not log the detach: %s", round, d.out)
 		}
+		checkNoRepeatedKeys(t, d.out.String())
 		p := filepath.Join(d.mp, "f")
 		if got, err := os.ReadFile(p); err != nil || string(got) != fmt.Sprintf("round %d", round-1) {
 			t.Fatalf("round %d: %q %v", round, got, err)
@@ -339,6 +340,34 @@ func TestStopWithOpenFiles(t *testing.T) {
 	for name, want := range map[string]string{"closed": "closed file", "open": "written, not closed"} {
 		if got, err := os.ReadFile(filepath.Join(d2.mp, name)); err != nil || string(got) != want {
 			t.Errorf("%s after the stop: %q %v, want %q", name, got, err, want)
+		}
+	}
+}
+
+// checkNoRepeatedKeys fails if a logfmt line of out (slog's text handler)
+// has a key twice, such as workspace=ws workspace=/path.
+func checkNoRepeatedKeys(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "time=") {
+			continue
+		}
+		seen := map[string]bool{}
+		inQuote := false
+		start := 0
+		for i := 0; i <= len(line); i++ {
+			if i < len(line) && line[i] == '"' && (i == 0 || line[i-1] != '\\') {
+				inQuote = !inQuote
+			}
+			if i == len(line) || (line[i] == ' ' && !inQuote) {
+				if k, _, ok := strings.Cut(line[start:i], "="); ok {
+					if seen[k] {
+						t.Errorf("log line repeats the key %q: %s", k, line)
+					}
+					seen[k] = true
+				}
+				start = i + 1
+			}
 		}
 	}
 }
