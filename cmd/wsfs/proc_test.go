@@ -371,3 +371,31 @@ func checkNoRepeatedKeys(t *testing.T, out string) {
 		}
 	}
 }
+
+// TestWorkspaceDirMoved: moving the workspace directory away under a live
+// daemon (which keeps its lock on the moved inode) is reported with an
+// ERROR line within seconds; put back, the daemon goes on.
+func TestWorkspaceDirMoved(t *testing.T) {
+	skipWithoutFUSE(t)
+	home := newHost(t)
+	d := startDaemon(t, home, "")
+	dir := filepath.Join(home, "state", "workspaces", "ws")
+	if err := os.Rename(dir, dir+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.out.String(), "level=ERROR msg=\"the workspace directory was moved or removed") {
+		if time.Now().After(deadline) {
+			os.Rename(dir+".moved", dir)
+			t.Fatalf("no ERROR line within 10s of moving the workspace directory: %s", d.out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := os.Rename(dir+".moved", dir); err != nil {
+		t.Fatal(err)
+	}
+	writeSync(t, filepath.Join(d.mp, "after"), []byte("x"), 0o644)
+	if code, _ := d.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("daemon: exit %d: %s", code, d.out)
+	}
+}
