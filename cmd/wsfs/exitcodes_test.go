@@ -57,7 +57,7 @@ func TestExitCodes(t *testing.T) {
 		{"second daemon", func(t *testing.T) (int, string) {
 			home := newHost(t)
 			startDaemon(t, home, "")
-			return runProc(t, nil, "mount", "--home", home, "ws", t.TempDir())
+			return runProc(t, nil, "mount", "--home", home, "ws", unmountedDir(t))
 		}, exitPrecondition, []string{"served by another wsfs daemon", "held by pid"}},
 		{"second daemon, lock file deleted", func(t *testing.T) (int, string) {
 			home := newHost(t)
@@ -65,7 +65,7 @@ func TestExitCodes(t *testing.T) {
 			if err := os.Remove(filepath.Join(home, "state", "workspaces", "ws", "lock")); err != nil {
 				t.Fatal(err)
 			}
-			return runProc(t, nil, "mount", "--home", home, "ws", t.TempDir())
+			return runProc(t, nil, "mount", "--home", home, "ws", unmountedDir(t))
 		}, exitPrecondition, []string{"served by another wsfs daemon", "held by pid"}},
 		{"non-root mount", func(t *testing.T) (int, string) {
 			base := publicDir(t)

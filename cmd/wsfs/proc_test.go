@@ -245,7 +245,7 @@ func TestSecondDaemonAfterLockFileRemoved(t *testing.T) {
 	if err := os.Remove(filepath.Join(home, "state", "workspaces", "ws", "lock")); err != nil {
 		t.Fatal(err)
 	}
-	code, out := runProc(t, nil, "mount", "--home", home, "ws", t.TempDir())
+	code, out := runProc(t, nil, "mount", "--home", home, "ws", unmountedDir(t))
 	want := fmt.Sprintf("pid %d", a.cmd.Process.Pid)
 	if code != exitPrecondition || !strings.Contains(out, "served by another wsfs daemon") || !strings.Contains(out, want) {
 		t.Fatalf("second daemon after rm lock: exit %d, %q; want exit 3, served by another wsfs daemon, %q", code, out, want)
@@ -398,4 +398,13 @@ func TestWorkspaceDirMoved(t *testing.T) {
 	if code, _ := d.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("daemon: exit %d: %s", code, d.out)
 	}
+}
+
+// unmountedDir is an empty directory for a mount that should be refused;
+// if the mount happens anyway, cleanup detaches it.
+func unmountedDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
+	return d
 }
