@@ -26,7 +26,11 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if nobodyBin != "" {
+		os.RemoveAll(filepath.Dir(nobodyBin))
+	}
+	os.Exit(code)
 }
 
 // Bounds of the waits on a daemon process: none is a performance
