@@ -2,11 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -18,61 +18,11 @@ import (
 	"wsfs/internal/pool"
 )
 
-// daemonProc is a `wsfs mount` child process.
-type daemonProc struct {
-	cmd  *exec.Cmd
-	mp   string
-	out  *syncBuffer
-	done chan error
-}
-
-// startDaemon runs `bin mount NAME MP` with env and waits for its ready
-// file; the cleanup stops it (SIGTERM, then umount -l).
-func startDaemon(t *testing.T, bin, home, name, mp string, env []string) *daemonProc {
+// stopOK stops d with SIGTERM and reports an exit other than 0.
+func stopOK(t *testing.T, d *daemon) {
 	t.Helper()
-	ready := filepath.Join(t.TempDir(), name+".ready")
-	d := &daemonProc{mp: mp, out: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd = exec.Command(bin, "mount", "--home", home, "--ready-file", ready, "--group-window", "5ms", name, mp)
-	d.cmd.Env = env
-	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() { d.stop(t) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			return d
-		}
-		select {
-		case err := <-d.done:
-			d.done <- err
-			t.Fatalf("daemon %s exited early: %v\n%s", name, err, d.out)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon %s not ready in 30 s:\n%s", name, d.out)
-		}
-	}
-}
-
-// stop sends SIGTERM and waits; it reports a non-zero exit.
-func (d *daemonProc) stop(t *testing.T) {
-	if d.cmd.ProcessState != nil {
-		return
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-d.done:
-		if err != nil {
-			t.Errorf("daemon at %s exited with %v:\n%s", d.mp, err, d.out)
-		}
-	case <-time.After(60 * time.Second):
-		d.cmd.Process.Kill()
-		<-d.done
-		exec.Command("umount", "-l", d.mp).Run()
-		t.Errorf("daemon at %s did not stop in 60 s", d.mp)
+	if code, _ := d.stop(syscall.SIGTERM); code != 0 {
+		t.Errorf("daemon at %s exited with %d:\n%s", d.mp, code, d.out)
 	}
 }
 
@@ -85,20 +35,16 @@ func (d *daemonProc) stop(t *testing.T) {
 // remount reads every file back.
 func TestGCUnderLoadProcesses(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary and mounts three workspaces")
+		t.Skip("mounts three workspaces with real daemons")
 	}
 	skipWithoutFUSE(t)
 	const grace = 3 * time.Second
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "wsfs")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	env := append(os.Environ(), pool.TestMinGraceEnv+"="+grace.String())
+	env := []string{pool.TestMinGraceEnv + "=" + grace.String()}
 	home := filepath.Join(dir, "home")
 	run := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
+		cmd := wsfsCmd(context.Background(), args...)
+		cmd.Env = append(cmd.Env, env...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -116,11 +62,11 @@ func TestGCUnderLoadProcesses(t *testing.T) {
 		shared[i] = randBytes(uint64(1000+i), 70_000+i*11_000)
 	}
 	mounts := make([]string, len(names))
-	daemons := make([]*daemonProc, len(names))
+	daemons := make([]*daemon, len(names))
 	for i, n := range names {
 		mounts[i] = filepath.Join(dir, "mnt-"+n)
 		os.MkdirAll(mounts[i], 0o755)
-		daemons[i] = startDaemon(t, bin, home, n, mounts[i], env)
+		daemons[i] = startNamedDaemon(t, home, n, mounts[i], env)
 	}
 
 	models := make([]map[string][]byte, len(names))
@@ -193,7 +139,7 @@ func TestGCUnderLoadProcesses(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	for _, d := range daemons {
-		d.stop(t)
+		stopOK(t, d)
 	}
 	if t.Failed() {
 		return
@@ -227,14 +173,14 @@ func TestGCUnderLoadProcesses(t *testing.T) {
 		t.Errorf("%d objects in the pool, %d referenced", have, len(want))
 	}
 	for i, n := range names {
-		d := startDaemon(t, bin, home, n, mounts[i], env)
+		d := startNamedDaemon(t, home, n, mounts[i], env)
 		for name, data := range models[i] {
 			got, err := os.ReadFile(filepath.Join(mounts[i], name))
 			if err != nil || !bytes.Equal(got, data) {
 				t.Errorf("%s/%s after remount: %d bytes, %v", n, name, len(got), err)
 			}
 		}
-		d.stop(t)
+		stopOK(t, d)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"wsfs/internal/host"
 )
@@ -36,6 +37,9 @@ an older wsfs it also writes the identity markers that 'wsfs gc' needs
 	}
 	h, err := host.Init(g.home)
 	if err != nil {
+		return err
+	}
+	if err := ensurePrivate(h, slog.New(slog.NewTextHandler(g.stderr, nil))); err != nil {
 		return err
 	}
 	if err := h.EnsureIdentityIfUsed(); err != nil {

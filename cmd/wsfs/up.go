@@ -80,6 +80,9 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(g.stderr, nil))
+	if err := ensurePrivate(h, log); err != nil {
+		return err
+	}
 	for i := 1; i <= *n; i++ {
 		name := fmt.Sprintf("ws-%d", i)
 		if err := h.CreateWorkspace(name); err == nil {

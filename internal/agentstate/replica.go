@@ -131,7 +131,7 @@ func CheckReplica(ctx context.Context, c litestream.ReplicaClient, u string, tim
 		// The file backend lists a missing directory as empty; make sure it
 		// can be created, or the first upload would fail much later.
 		if fc, ok := c.(*file.ReplicaClient); ok {
-			err = vfs.Default.MkdirAll(fc.Path(), 0o755)
+			err = vfs.Default.MkdirAll(fc.Path(), dirPerm)
 			if err == nil {
 				var st fs.FileInfo
 				st, err = vfs.Default.Stat(fc.Path())

@@ -129,7 +129,7 @@ func writeJSON(path string, v any) error {
 
 // mkdirSynced creates dir (parent must exist) and syncs the parent.
 func mkdirSynced(dir string) error {
-	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
+	if err := vfs.Default.MkdirAll(dir, DirPerm); err != nil {
 		return err
 	}
 	return vfs.SyncDir(vfs.Default, filepath.Dir(dir))
@@ -205,7 +205,7 @@ func (h *Host) EnsureIdentity() error {
 			return err
 		}
 		pm = poolMarker{Version: markerVersion, PoolID: id}
-		if err := vfs.Default.MkdirAll(h.pool, 0o755); err != nil {
+		if err := vfs.Default.MkdirAll(h.pool, DirPerm); err != nil {
 			return err
 		}
 		if err := writeJSON(h.poolMarkerPath(), pm); err != nil {
@@ -217,7 +217,7 @@ func (h *Host) EnsureIdentity() error {
 		return err
 	}
 	hd := h.hostDir(hostID)
-	if err := vfs.Default.MkdirAll(filepath.Join(h.pool, poolHostsDir), 0o755); err != nil {
+	if err := vfs.Default.MkdirAll(filepath.Join(h.pool, poolHostsDir), DirPerm); err != nil {
 		return err
 	}
 	if err := vfs.SyncDir(vfs.Default, h.pool); err != nil {
@@ -404,7 +404,7 @@ func (h *Host) identity() (string, error) {
 func (h *Host) registerIn(id, name string) error {
 	dir := filepath.Join(h.hostDir(id), registryDir)
 	path := filepath.Join(dir, name)
-	f, err := vfs.Default.CreateExcl(path, 0o644)
+	f, err := vfs.Default.CreateExcl(path, FilePerm)
 	if errors.Is(err, fs.ErrExist) {
 		return nil
 	}

@@ -228,7 +228,7 @@ func Create(h *host.Host, opts Options) (Record, error) {
 		return Record{}, errors.New("state and pool sizes must be positive")
 	}
 	dir := layoutDir(h, opts)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Record{}, fmt.Errorf("create layout directory: %w", err)
 	}
 	prev, err := ReadRecord(dir)

@@ -48,8 +48,8 @@ const (
 	putPrefix       = "put-"    // Put's temp, linked into place then removed
 	repairPrefix    = "repair-" // Republish and healing
 	gravePrefix     = "gc-"     // GC's graveyard: an object being removed
-	objectPerm      = 0o444     // objects are immutable
-	dirPerm         = 0o755
+	objectPerm      = 0o400     // objects are immutable; private to the user running wsfs
+	dirPerm         = 0o700
 	maxCacheEntries = 1 << 20 // per cache; a full cache is cleared (costs re-verifying / re-syncing)
 )
 

@@ -174,7 +174,7 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Logger = slog.Default()
 	}
 	h := opts.Host
-	if err := os.MkdirAll(RunDir(h), 0o755); err != nil {
+	if err := os.MkdirAll(RunDir(h), 0o700); err != nil {
 		return fmt.Errorf("create runtime directory: %w", err)
 	}
 	s := &supervisor{opts: opts, log: opts.Logger}
@@ -476,7 +476,7 @@ func (s *supervisor) writeState() {
 	data, _ := json.MarshalIndent(st, "", "  ")
 	path := StateFile(s.opts.Host)
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err == nil {
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err == nil {
 		os.Rename(tmp, path)
 	}
 }
@@ -514,7 +514,7 @@ func openChildLog(path string) (*os.File, int64, error) {
 	if st, err := os.Stat(path); err == nil && st.Size() > maxChildLog {
 		os.Truncate(path, 0)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, 0, err
 	}
