@@ -32,8 +32,8 @@ import (
 type dirty struct {
 	ino   namespace.Ino // the inode it is the content of (for error reports)
 	size  int64
-	mtime int64
-	ctime int64
+	mtime namespace.Timestamp
+	ctime int64 // unix ns: ctimes come from the clock
 
 	mem []byte
 
@@ -280,7 +280,7 @@ func (h *Handle) WriteAt(p []byte, off int64) (int, error) {
 		return 0, wsErr("write", ino, "", err)
 	}
 	now := h.w.now()
-	d.mtime, d.ctime = now, now
+	d.mtime, d.ctime = namespace.FromNs(now), now
 	return len(p), nil
 }
 
@@ -295,7 +295,7 @@ func (w *Workspace) truncateLocked(n *namespace.Inode, size int64) error {
 		return err
 	}
 	now := w.now()
-	d.mtime, d.ctime = now, now
+	d.mtime, d.ctime = namespace.FromNs(now), now
 	return w.flushLocked(n)
 }
 

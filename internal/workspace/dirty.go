@@ -46,7 +46,7 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 	if lv.dirty != nil {
 		return lv.dirty, nil
 	}
-	d := &dirty{ino: n.Ino, mtime: n.Mtime, ctime: n.Ctime}
+	d := &dirty{ino: n.Ino, mtime: n.Mtime, ctime: n.Ctime.Ns()}
 	if withOld && n.Size > 0 {
 		c := &n.Content
 		switch {

@@ -165,7 +165,7 @@ func attrLocked(n *namespace.Inode) Attr {
 		Size: n.Size, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime}
 	if lv := liveOf(n); lv != nil && lv.dirty != nil {
 		a.Size = uint64(lv.dirty.size)
-		a.Mtime, a.Ctime = lv.dirty.mtime, lv.dirty.ctime
+		a.Mtime, a.Ctime = lv.dirty.mtime, namespace.FromNs(lv.dirty.ctime)
 		a.Blocks = lv.dirty.blocks()
 	} else {
 		a.Blocks = contentBlocks(&n.Content, n.Size)
@@ -248,6 +248,11 @@ func (w *Workspace) SetAttr(ino Ino, in SetAttrIn) (Attr, error) {
 		return Attr{}, wsErr("setattr", ino, "", err)
 	}
 	defer n.Mu.Unlock()
+	for _, t := range []*namespace.Timestamp{in.Atime, in.Mtime} {
+		if t != nil && !t.Valid() {
+			return Attr{}, wsErr("setattr", ino, "", syscall.EINVAL) // nothing else is unrepresentable
+		}
+	}
 	persist := n.Nlink > 0
 	if in.Size != nil {
 		switch {
