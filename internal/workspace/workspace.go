@@ -97,7 +97,9 @@ const RootIno Ino = 1
 type Timestamp = namespace.Timestamp
 
 // TimestampOf is the timestamp of t.
-func TimestampOf(t time.Time) Timestamp { return Timestamp{Sec: t.Unix(), Nsec: uint32(t.Nanosecond())} }
+func TimestampOf(t time.Time) Timestamp {
+	return Timestamp{Sec: t.Unix(), Nsec: uint32(t.Nanosecond())}
+}
 
 // Attr are the attributes of an inode.
 type Attr struct {
