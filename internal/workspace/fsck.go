@@ -191,6 +191,9 @@ func check(opts CheckOptions) (*Report, error) {
 		add(Problem{Kind: ProblemReplay, Where: logDir, cut: true, Repairable: true,
 			What: fmt.Sprintf("the log ends at group %d, before the checkpoint of group %d (segments were removed or moved aside): the mount refuses", l.LastGroup(), rep.CheckpointGroup),
 			Do:   fmt.Sprintf("wsfs fsck --repair saves a copy of the segments and starts the log afresh after group %d; the workspace mounts as the checkpoint holds it", rep.CheckpointGroup)})
+	} else if len(damagedCkpts) > 0 && rep.CheckpointGroup+1 < rep.FirstGroup {
+		// Already reported: without the damaged checkpoint the log cannot
+		// be replayed (its first groups are gone).
 	} else if l.LastGroup() >= rep.CheckpointGroup {
 		err = l.Replay(rep.CheckpointGroup, func(group uint64, records [][]byte) error {
 			for i, data := range records {
