@@ -103,16 +103,43 @@ func Check(opts CheckOptions) (*Report, error) {
 		opts.FS = vfs.Default
 	}
 	var err error
-	for try := 0; try < 5; try++ {
+	var prev *Report
+	for try := 0; try < 6; try++ {
 		var rep *Report
 		rep, err = check(opts)
-		if !errors.Is(err, fs.ErrNotExist) {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// A serving daemon published a checkpoint and deleted what it
+			// covers between our listing and our read: look again.
+			continue
+		case err != nil || !rep.Corrupt():
 			return rep, err
+		case prev != nil && sameProblems(prev, rep):
+			return rep, nil
 		}
-		// A serving daemon published a checkpoint and deleted what it
-		// covers between our listing and our read: look again.
+		// Damage is reported only once two checks in a row agree: without
+		// the lock, a daemon may checkpoint and delete segments between
+		// our reading the checkpoints and the log, which would look like
+		// a log that no longer covers its checkpoint.
+		prev = rep
+	}
+	if prev != nil {
+		return prev, nil
 	}
 	return nil, fmt.Errorf("workspace: check %s: the state kept changing underneath (a busy daemon?): %w", opts.Dir, err)
+}
+
+// sameProblems reports whether two reports found the same problems.
+func sameProblems(a, b *Report) bool {
+	if len(a.Problems) != len(b.Problems) {
+		return false
+	}
+	for i := range a.Problems {
+		if a.Problems[i].Kind != b.Problems[i].Kind || a.Problems[i].Where != b.Problems[i].Where {
+			return false
+		}
+	}
+	return true
 }
 
 func check(opts CheckOptions) (*Report, error) {

@@ -373,3 +373,37 @@ func TestFsckTempsAndLock(t *testing.T) {
 	}
 	only(t, f.check(t, false))
 }
+
+// TestFsckFlippedLastMarker: issue 11 item 16 through the engine. The last
+// group (an fsynced file) has all its records intact and one flipped byte
+// in its commit marker: the mount refuses instead of dropping it as a torn
+// tail, fsck names the segment and the marker's offset, and the repair
+// keeps every earlier group.
+func TestFsckFlippedLastMarker(t *testing.T) {
+	f := newFsckFixture(t, nil)
+	segs := segFiles(t, f.e)
+	last := segs[len(segs)-1]
+	st, err := f.e.fs.Stat(last)
+	noErr(t, err)
+	flipAt(t, f.e.fs, last, st.Size()-2) // inside the marker's group CRC
+	_, err = Open(f.e.opts)
+	var ce *seglog.CorruptError
+	if !errors.As(err, &ce) || ce.Offset != st.Size()-25 || !strings.Contains(err.Error(), "may have been acknowledged") {
+		t.Fatalf("Open = %v, want a CorruptError at the marker (offset %d)", err, st.Size()-25)
+	}
+	rep := f.check(t, false)
+	ps := only(t, rep, ProblemLog)
+	if !strings.Contains(ps[0].Where, fmt.Sprintf("offset %d", st.Size()-25)) {
+		t.Fatalf("%+v", ps[0])
+	}
+	if _, err := Repair(f.opts(), rep, "/host/saved"); err != nil {
+		t.Fatal(err)
+	}
+	w := f.e.open()
+	defer w.Close()
+	eq(t, readAll(t, w, A(t)(w.Lookup(RootIno, "pooled")).Ino), f.pooled, "pooled")
+	// The last group held (at least) the chunked file's content.
+	if a, err := w.Lookup(A(t)(w.Lookup(RootIno, "d")).Ino, "chunked"); err == nil && a.Size == uint64(len(f.chunked)) {
+		t.Fatal("the damaged last group survived")
+	}
+}
