@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
@@ -120,10 +121,11 @@ const (
 // report to w.
 func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repair bool, stamp string) (fsckResult, error) {
 	opts := workspace.CheckOptions{Dir: h.WorkspaceDir(name), Pool: p, VerifyData: verify}
-	locked, err := h.Locked(name)
-	if err != nil {
-		return 0, err
-	}
+	// Whether a daemon serves it, for the report only: from the mount
+	// table, not by trying the lock (that would make a daemon starting at
+	// this instant fail). Repair takes the lock and finds out for sure.
+	mps, _ := fusefs.Mounts(name)
+	locked := len(mps) > 0
 	rep, err := workspace.Check(opts)
 	if err != nil {
 		return 0, err
@@ -142,17 +144,13 @@ func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repai
 		}
 		return fsckOK, nil
 	}
-	if locked {
-		fmt.Fprintf(w, "%s: served by a daemon: not repaired\n", name)
-		return fsckServed, nil
-	}
 	saveDir := filepath.Join(h.WorkspaceDir(name), "fsck", stamp)
 	did, err := workspace.Repair(opts, rep, saveDir)
 	for _, d := range did {
 		fmt.Fprintf(w, "%s: repair: %s\n", name, d)
 	}
 	if errors.Is(err, vfs.ErrLocked) {
-		fmt.Fprintf(w, "%s: a daemon started serving it: not repaired\n", name)
+		fmt.Fprintf(w, "%s: served by a daemon (it holds the workspace lock): not repaired; the check above ran read-only\n", name)
 		return fsckServed, nil
 	}
 	if err != nil {
