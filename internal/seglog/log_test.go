@@ -827,6 +827,26 @@ func TestOpenReadOnly(t *testing.T) {
 		if got := replayAll(t, l, 0); !equalGroups(got, groups[:g]) {
 			t.Fatalf("replayed %d groups, want %d", len(got), g)
 		}
+		// The records of the groups after the damage that still verify:
+		// every one but the damaged frame (group g's first record).
+		lost := l.LostRecords()
+		var want [][]byte
+		for i := g; i < len(groups); i++ {
+			for j, r := range groups[i] {
+				if i == g && j == 0 {
+					continue
+				}
+				want = append(want, r)
+			}
+		}
+		if len(lost) < len(want) {
+			t.Fatalf("LostRecords found %d records, want at least %d", len(lost), len(want))
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(lost, func(b []byte) bool { return bytes.Equal(b, w) }) {
+				t.Fatalf("LostRecords lacks a record of %d bytes", len(w))
+			}
+		}
 	})
 	t.Run("missing-dir", func(t *testing.T) {
 		l, err := OpenReadOnly(vfs.NewCrashableMem(), "/nothing")

@@ -204,3 +204,53 @@ func RemoveCheckpoint(fsys vfs.FS, path, saveDir string) (saved string, err erro
 	}
 	return saved, vfs.SyncDir(fsys, filepath.Dir(path))
 }
+
+// LostRecords returns the data records that lie at or after the damage
+// OpenReadOnly found and still verify: the records of the incomplete group
+// before the damage, every checksum-valid data frame found byte by byte
+// after it in the damaged segment, and the data frames of the segments
+// after it (as far as they parse). They belong to groups that recovery
+// drops; wsfs fsck decodes them to name the files those groups changed.
+// The list can be incomplete (records inside damaged bytes are unknown)
+// and, for frames found by search, can include a frame that was never a
+// record; it is for reporting only. nil if there is no damage.
+func (l *Log) LostRecords() [][]byte {
+	d := l.damage
+	if d == nil {
+		return nil
+	}
+	var out [][]byte
+	scanFrom := func(buf []byte, from int64) {
+		for off := from; off+frameHeaderLen <= int64(len(buf)); {
+			f, ok, _ := parseFrame(buf[off:])
+			if !ok {
+				off++
+				continue
+			}
+			if f.typ == typeData {
+				out = append(out, f.payload)
+			}
+			off += int64(f.size)
+		}
+	}
+	seq, ok := parseSegName(filepath.Base(d.Segment))
+	if !ok {
+		return nil
+	}
+	if buf, err := readFile(l.fs, d.Segment); err == nil {
+		scanFrom(buf, max(d.GroupEnd, segHeaderLen))
+	}
+	present, err := listSegments(l.fs, l.dir)
+	if err != nil {
+		return out
+	}
+	for _, s := range present {
+		if s <= seq {
+			continue
+		}
+		if buf, err := readFile(l.fs, filepath.Join(l.dir, segName(s))); err == nil {
+			scanFrom(buf, segHeaderLen)
+		}
+	}
+	return out
+}

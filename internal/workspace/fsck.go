@@ -177,6 +177,7 @@ func check(opts CheckOptions) (*Report, error) {
 	}
 	rep.log = l
 	rep.FirstGroup = l.FirstGroup()
+	var lost [][]byte // records of groups the damage drops
 	for _, c := range damagedCkpts {
 		p := Problem{Kind: ProblemCheckpoint, Where: c.Path, What: c.Err.Error(), path: c.Path}
 		switch {
@@ -205,6 +206,9 @@ func check(opts CheckOptions) (*Report, error) {
 			p.Do = fmt.Sprintf("wsfs fsck --repair saves a copy of the segments and starts the log afresh after the checkpoint's group %d; the workspace mounts as it was at that group", rep.CheckpointGroup)
 		}
 		add(p)
+	}
+	if l.Damage() != nil {
+		lost = l.LostRecords()
 	}
 	if t := l.Repaired(); t != nil {
 		add(Problem{Kind: ProblemTornTail, Where: fmt.Sprintf("%s offset %d", t.Segment, t.Offset),
@@ -254,6 +258,13 @@ func check(opts CheckOptions) (*Report, error) {
 
 	// References: every object of the recovered tree must be in the pool.
 	paths := pathsOf(tree)
+	if len(lost) > 0 {
+		for i := range rep.Problems {
+			if rep.Problems[i].Kind == ProblemLog {
+				rep.Problems[i].Paths = lostPaths(lost, paths)
+			}
+		}
+	}
 	byObject := map[pool.ID][]namespace.Ino{}
 	for _, n := range tree.Inodes() {
 		if n.Nlink == 0 {
@@ -329,6 +340,61 @@ func check(opts CheckOptions) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// lostPaths names the files that the records of lost groups changed, as
+// paths in the recovered tree (a new name: its directory's path and the
+// name). Records that do not decode are skipped.
+func lostPaths(lost [][]byte, paths map[namespace.Ino][]string) []string {
+	set := map[string]bool{}
+	name := func(dir namespace.Ino, n string) {
+		for _, p := range paths[dir] {
+			set[strings.TrimSuffix(p, "/")+"/"+n] = true
+		}
+		if len(paths[dir]) == 0 {
+			set[fmt.Sprintf("(inode %d)/%s", dir, n)] = true
+		}
+	}
+	var recs []*namespace.Record
+	for _, data := range lost {
+		if r, err := namespace.DecodeRecord(data); err == nil {
+			recs = append(recs, r)
+		}
+	}
+	// Inodes the lost groups created are named by their create record.
+	created := map[namespace.Ino]bool{}
+	for _, r := range recs {
+		switch r.Op {
+		case namespace.OpCreate, namespace.OpMkdir, namespace.OpSymlink:
+			created[r.Ino] = true
+		}
+	}
+	ino := func(i namespace.Ino) {
+		for _, p := range paths[i] {
+			set[p] = true
+		}
+		if len(paths[i]) == 0 && i != 0 && !created[i] {
+			set[fmt.Sprintf("(inode %d)", i)] = true
+		}
+	}
+	for _, r := range recs {
+		switch r.Op {
+		case namespace.OpCreate, namespace.OpMkdir, namespace.OpSymlink, namespace.OpLink,
+			namespace.OpUnlink, namespace.OpRmdir:
+			name(r.Parent, r.Name)
+		case namespace.OpRename:
+			name(r.Parent, r.Name)
+			name(r.NewParent, r.NewName)
+		default:
+			ino(r.Ino)
+		}
+	}
+	out := make([]string, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
 }
 
 type replayError struct {

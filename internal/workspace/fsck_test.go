@@ -219,6 +219,13 @@ func TestFsckCorruptGroup(t *testing.T) {
 	if !strings.Contains(ps[0].Where, seg) || !strings.Contains(ps[0].Where, fmt.Sprintf("offset %d", ce.Offset)) || !ps[0].Repairable {
 		t.Fatalf("log problem %+v, want %s offset %d", ps[0], seg, ce.Offset)
 	}
+	// The files the lost groups changed, from their records that verify
+	// (the damaged record itself, /small's content, is unknown).
+	for _, p := range []string{"/pooled", "/d/chunked"} {
+		if !slices.Contains(ps[0].Paths, p) {
+			t.Fatalf("affected paths %q lack %s", ps[0].Paths, p)
+		}
+	}
 	did, err := Repair(f.opts(), rep, "/host/saved")
 	if err != nil {
 		t.Fatal(err)
