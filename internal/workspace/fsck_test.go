@@ -414,3 +414,34 @@ func TestFsckFlippedLastMarker(t *testing.T) {
 		t.Fatal("the damaged last group survived")
 	}
 }
+
+// BenchmarkCheck measures wsfs fsck's engine on a workspace of 10,000
+// small files and 50 pooled ones on the OS filesystem: presence checks
+// only, and with every object hashed.
+func BenchmarkCheck(b *testing.B) {
+	e := diskEnv(b)
+	w := e.open()
+	d := A(b)(w.Mkdir(RootIno, "d", 0o755, me))
+	for i := range 10000 {
+		writeFile(b, w, d.Ino, fmt.Sprintf("f%05d", i), []byte(fmt.Sprintf("content %d", i)))
+	}
+	big := make([]byte, 256<<10)
+	for i := range 50 {
+		big[0], big[1] = byte(i), byte(i>>8)
+		writeFile(b, w, RootIno, fmt.Sprintf("big%02d", i), big)
+	}
+	noErr(b, w.Close())
+	for _, verify := range []bool{false, true} {
+		b.Run(fmt.Sprintf("verify=%v", verify), func(b *testing.B) {
+			for b.Loop() {
+				fresh, err := pool.Open(e.fs, filepath.Join(e.root, "pool"), pool.Options{})
+				noErr(b, err)
+				rep, err := Check(CheckOptions{FS: e.fs, Dir: e.opts.Dir, Pool: fresh, VerifyData: verify})
+				noErr(b, err)
+				if rep.Files != 10050 || len(rep.Problems) != 0 {
+					b.Fatalf("report %+v", rep)
+				}
+			}
+		})
+	}
+}
