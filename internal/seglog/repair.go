@@ -147,7 +147,9 @@ func (l *Log) Cut(saveDir string, covered uint64) (*CutReport, error) {
 	}
 	if fresh {
 		n := &Log{fs: l.fs, dir: l.dir, logger: l.logger}
-		if err := n.createSegment(maxSeq+1, covered+1); err != nil {
+		// Numbered above every segment there was, and never 1: segment 1
+		// must start at group 1, a later one starts where its header says.
+		if err := n.createSegment(max(maxSeq, 1)+1, covered+1); err != nil {
 			return rep, err
 		}
 		rep.Created = n.segs[0].path

@@ -304,31 +304,37 @@ func TestFsckCorruptCheckpoint(t *testing.T) {
 // than the log and a mount that refused forever; fsck names it and the
 // repair restarts the log after the checkpoint, so the workspace mounts.
 func TestFsckLogBehindCheckpoint(t *testing.T) {
-	f := newFsckFixture(t, func(o *Options) { o.CheckpointBytes = 1 })
-	for _, s := range segFiles(t, f.e) {
-		noErr(t, f.e.fs.Rename(s, s+".aside"))
+	for _, mountFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mount-tried-first=%v", mountFirst), func(t *testing.T) {
+			f := newFsckFixture(t, func(o *Options) { o.CheckpointBytes = 1 })
+			for _, s := range segFiles(t, f.e) {
+				noErr(t, f.e.fs.Rename(s, s+".aside"))
+			}
+			if mountFirst { // the mount creates a fresh segment 1, then refuses
+				if _, err := Open(f.e.opts); err == nil || !strings.Contains(err.Error(), "wsfs fsck --repair") {
+					t.Fatalf("Open = %v, want the refusal naming fsck", err)
+				}
+			}
+			rep := f.check(t, false)
+			ps := only(t, rep, ProblemReplay)
+			if !ps[0].Repairable {
+				t.Fatalf("%+v", ps[0])
+			}
+			did, err := Repair(f.opts(), rep, "/host/saved")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(strings.Join(did, "\n"), "created") {
+				t.Fatalf("Repair did %q", did)
+			}
+			only(t, f.check(t, false))
+			w := f.e.open()
+			defer w.Close()
+			A(t)(w.Lookup(RootIno, "d"))
+			writeFile(t, w, RootIno, "after", []byte("new"))
+			noErr(t, w.Sync())
+		})
 	}
-	if _, err := Open(f.e.opts); err == nil || !strings.Contains(err.Error(), "wsfs fsck --repair") {
-		t.Fatalf("Open = %v, want the refusal naming fsck", err)
-	}
-	rep := f.check(t, false)
-	ps := only(t, rep, ProblemReplay)
-	if !ps[0].Repairable {
-		t.Fatalf("%+v", ps[0])
-	}
-	did, err := Repair(f.opts(), rep, "/host/saved")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(strings.Join(did, "\n"), "created") {
-		t.Fatalf("Repair did %q", did)
-	}
-	only(t, f.check(t, false))
-	w := f.e.open()
-	defer w.Close()
-	A(t)(w.Lookup(RootIno, "d"))
-	writeFile(t, w, RootIno, "after", []byte("new"))
-	noErr(t, w.Sync())
 }
 
 // TestFsckDamageBeforeCheckpoint: damage in a group the checkpoint already
