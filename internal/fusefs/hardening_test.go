@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"wsfs/internal/pool"
 )
 
 // TestTimestampsFullRange: times outside int64 nanoseconds (before 1677,
@@ -127,5 +129,29 @@ func TestSparseBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("du -k: %s", out)
+	}
+}
+
+// TestMissingObjectEIOOnMount: a file whose pool object was deleted is
+// still listed and stat-able, and reading it gives EIO (issue 11 item 8:
+// it gave ENOENT for a file ls shows); the rest of the mount reads.
+func TestMissingObjectEIOOnMount(t *testing.T) {
+	e := newEnv(t, Options{})
+	big := pattern(300<<10, 3)
+	mustWrite(t, e.path("big"), big)
+	mustWrite(t, e.path("small"), []byte("fine"))
+	e.unmount()
+	if err := os.Remove(e.pool.Path(pool.Sum(big))); err != nil {
+		t.Fatal(err)
+	}
+	e.mount()
+	if fi, err := os.Stat(e.path("big")); err != nil || fi.Size() != int64(len(big)) {
+		t.Fatalf("stat: %v %v", fi, err)
+	}
+	if _, err := os.ReadFile(e.path("big")); errnoOf(err) != syscall.EIO {
+		t.Fatalf("read of a file whose object is gone: %v, want EIO", err)
+	}
+	if string(mustRead(t, e.path("small"))) != "fine" {
+		t.Fatal("the rest of the mount does not read")
 	}
 }
