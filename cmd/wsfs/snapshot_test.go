@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"wsfs/internal/host"
+	"wsfs/internal/pool"
+	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
+)
+
+// snapRun runs one wsfs command line and returns its exit code, stdout
+// and stderr.
+func snapRun(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	g := &globals{stdout: &out, stderr: &errb}
+	code := run(context.Background(), g, args)
+	return code, out.String(), errb.String()
+}
+
+// snapHost makes a host with workspace ws and returns its home and a
+// function that opens ws (offline) for the test to change it.
+func snapHost(t *testing.T) (string, func() *workspace.Workspace) {
+	t.Helper()
+	home := filepath.Join(t.TempDir(), "home")
+	for _, args := range [][]string{{"init", "--home", home}, {"create", "--home", home, "ws"}} {
+		if code, out, errs := snapRun(args...); code != 0 {
+			t.Fatalf("%v: %d %s %s", args, code, out, errs)
+		}
+	}
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return home, func() *workspace.Workspace {
+		t.Helper()
+		w, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+}
+
+func put(t *testing.T, w *workspace.Workspace, name, data string) {
+	t.Helper()
+	a, err := w.Lookup(workspace.RootIno, name)
+	if err != nil {
+		if a, err = w.Create(workspace.RootIno, name, 0o644, workspace.Caller{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := w.OpenFile(a.Ino, syscall.O_WRONLY|syscall.O_TRUNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WriteAt([]byte(data), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+}
+
+func get(t *testing.T, w *workspace.Workspace, name string) string {
+	t.Helper()
+	a, err := w.Lookup(workspace.RootIno, name)
+	if err != nil {
+		return "<missing>"
+	}
+	h, err := w.OpenFile(a.Ino, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	b := make([]byte, a.Size)
+	if _, err := h.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestSnapshotCommands(t *testing.T) {
+	home, open := snapHost(t)
+	w := open()
+	put(t, w, "keep", "same")
+	put(t, w, "edit", "v1")
+	put(t, w, "old-name", "moved")
+	w.Close()
+	want := func(code int, wantOut string, args ...string) string {
+		t.Helper()
+		got, out, errs := snapRun(append(args, "--home", home)...)
+		if got != code || !strings.Contains(out, wantOut) {
+			t.Fatalf("%v: exit %d (want %d)\nstdout: %s\nstderr: %s", args, got, code, out, errs)
+		}
+		return out
+	}
+	want(0, "ws@1\n", "snapshot", "create", "ws", "--label", "first")
+	w = open()
+	put(t, w, "edit", "v2-longer")
+	put(t, w, "new", "n")
+	if err := w.Rename(workspace.RootIno, "old-name", workspace.RootIno, "new-name", 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	want(0, "ws@2\n", "snapshot", "create", "ws")
+	out := want(0, "ws@1", "snapshot", "ls", "ws")
+	if !strings.Contains(out, "first") || !strings.Contains(out, "ws@2") {
+		t.Fatalf("ls: %s", out)
+	}
+	wantDiff := "M  /edit\nA  /new\nR  /old-name -> /new-name\n"
+	if out := want(0, "", "diff", "ws@1", "ws@2"); out != wantDiff {
+		t.Fatalf("diff ws@1 ws@2:\n%s\nwant:\n%s", out, wantDiff)
+	}
+	// Against the live tree (nothing changed since ws@2): the same.
+	if out := want(0, "", "diff", "ws@1"); out != wantDiff {
+		t.Fatalf("diff ws@1 (live):\n%s", out)
+	}
+	if out := want(0, "", "diff", "ws@2"); out != "" {
+		t.Fatalf("diff of the latest snapshot with an unchanged workspace: %q", out)
+	}
+	out = want(0, "", "diff", "--stat", "--json", "ws@1", "ws@2")
+	var st diffStat
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st != (diffStat{Added: 1, Modified: 1, Renamed: 1, AddedBytes: 1, OldBytes: 2, NewBytes: 9}) {
+		t.Fatalf("stat %+v", st)
+	}
+	out = want(0, "", "diff", "--json", "ws@1", "ws@2")
+	var cs []changeJSON
+	if err := json.Unmarshal([]byte(out), &cs); err != nil || len(cs) != 3 || cs[2].Op != "renamed" || cs[2].OldPath != "/old-name" {
+		t.Fatalf("json %v: %s", err, out)
+	}
+
+	// Fork the first snapshot; the fork has its content, and is separate.
+	want(0, "forked ws@1 as ws-f", "fork", "ws@1", "ws-f")
+	want(3, "", "fork", "ws@1", "ws-f") // exists
+	want(3, "", "fork", "ws@9", "ws-g") // no such snapshot
+	want(2, "", "fork", "ws@1", "Bad/Name")
+	h, _ := host.Open(home)
+	p, _ := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
+	fw, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws-f"), Pool: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if get(t, fw, "edit") != "v1" || get(t, fw, "old-name") != "moved" || get(t, fw, "new") != "<missing>" {
+		t.Fatal("fork does not hold snapshot 1")
+	}
+	fw.Close()
+	if out := want(0, "", "ls"); !strings.Contains(out, "ws-f") {
+		t.Fatalf("ls does not list the fork: %s", out)
+	}
+
+	// Restore snapshot 1; it snapshots the current state first (ws@3).
+	want(0, "undo: wsfs restore ws@3", "restore", "ws@1")
+	w = open()
+	if get(t, w, "edit") != "v1" || get(t, w, "new") != "<missing>" || get(t, w, "old-name") != "moved" {
+		t.Fatal("restore did not bring snapshot 1 back")
+	}
+
+	// While served, the offline commands exit 3 with a clear message.
+	for _, args := range [][]string{{"snapshot", "create", "ws"}, {"diff", "ws@1"}, {"restore", "ws@1"}} {
+		code, _, errs := snapRun(append(args, "--home", home)...)
+		if code != 3 || !strings.Contains(errs, "served by a daemon") {
+			t.Fatalf("%v while served: exit %d, %s", args, code, errs)
+		}
+	}
+	// Snapshot to snapshot needs no lock.
+	want(0, "", "diff", "ws@1", "ws@2")
+	w.Close()
+	want(0, "", "restore", "ws@3") // undo
+	w = open()
+	if get(t, w, "edit") != "v2-longer" || get(t, w, "new-name") != "moved" {
+		t.Fatal("undoing the restore did not bring the state back")
+	}
+	w.Close()
+
+	want(0, "removed ws@2", "snapshot", "rm", "ws@2")
+	want(3, "", "snapshot", "rm", "ws@2")
+	want(2, "", "snapshot", "rm", "ws")
+	want(2, "", "snapshot", "prune", "ws")
+	want(0, "pruned 1 snapshots", "snapshot", "prune", "ws", "--keep-last", "2")
+	if out := want(0, "", "snapshot", "ls", "--json", "ws"); strings.Count(out, `"id"`) != 2 {
+		t.Fatalf("after prune: %s", out)
+	}
+	want(2, "", "snapshot", "frobnicate", "ws")
+	want(3, "", "snapshot", "create", "nosuch")
+}
