@@ -133,7 +133,16 @@ func EncodeRoot(r *Root) []byte {
 // by name with no duplicates (EncodeDir panics otherwise: a caller bug
 // that would make equal trees encode differently).
 func EncodeDir(entries []Entry) []byte {
-	b := []byte(dirMagic)
+	size := len(dirMagic) + 12
+	for i := range entries {
+		e := &entries[i]
+		size += 96 + len(e.Name) + len(e.Content.Inline) + 32*len(e.Content.Chunks) + len(e.Target)
+		for _, x := range e.Xattrs {
+			size += 8 + len(x.Name) + len(x.Value)
+		}
+	}
+	b := make([]byte, 0, size)
+	b = append(b, dirMagic...)
 	b = binary.AppendUvarint(b, version)
 	b = binary.AppendUvarint(b, uint64(len(entries)))
 	for i := range entries {

@@ -340,3 +340,32 @@ func FuzzDecodeDir(f *testing.F) {
 
 // normalize maps empty and nil slices together for comparison.
 func normalize(v any) string { return fmt.Sprintf("%v", v) }
+
+func TestRefGolden(t *testing.T) {
+	b := EncodeRef(pool.Sum([]byte("root")), 12345)
+	path := filepath.Join("testdata", "ref-v1.golden")
+	if *update {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatal("manifest reference encoding changed")
+	}
+	root, next, err := DecodeRef(want)
+	if err != nil || root != pool.Sum([]byte("root")) || next != 12345 || !IsRef(want) {
+		t.Fatalf("decode: %v %d %v", root, next, err)
+	}
+	for _, bad := range [][]byte{want[:len(want)-1], append(bytes.Clone(want), 0), []byte("WSFSNS\x00\x01")} {
+		if _, _, err := DecodeRef(bad); !errors.Is(err, ErrBadManifest) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	if IsRef([]byte("WSFSNS\x00\x01rest")) {
+		t.Fatal("a namespace checkpoint is taken for a reference")
+	}
+}

@@ -248,6 +248,13 @@ func sameInode(a, b *Entry) bool {
 // (hard links that disagree, a directory named twice, wrong nlink counts)
 // is an error wrapping ErrBadManifest.
 func LoadTree(st Store, id pool.ID) (*namespace.Tree, *Root, error) {
+	return LoadTreeMin(st, id, 0)
+}
+
+// LoadTreeMin is LoadTree with the tree's next inode number raised to at
+// least minNext (a restore must never hand out an inode number the
+// workspace used before).
+func LoadTreeMin(st Store, id pool.ID, minNext namespace.Ino) (*namespace.Tree, *Root, error) {
 	r, err := ReadRoot(st, id)
 	if err != nil {
 		return nil, nil, err
@@ -289,7 +296,7 @@ func LoadTree(st Store, id pool.ID) (*namespace.Tree, *Root, error) {
 	if err := load(root, r.Entry.Dir); err != nil {
 		return nil, nil, err
 	}
-	t, err := namespace.FromInodes(inodes, namespace.Ino(r.NextIno))
+	t, err := namespace.FromInodes(inodes, max(namespace.Ino(r.NextIno), minNext))
 	if err != nil {
 		return nil, nil, fmt.Errorf("manifest: %w: %v", ErrBadManifest, err)
 	}

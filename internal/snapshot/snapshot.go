@@ -89,32 +89,16 @@ func fsOf(opts workspace.Options) vfs.FS {
 	return opts.FS
 }
 
-// loadInodes reads a snapshot's tree as a namespace tree whose next inode
-// number is at least minNext.
-func loadTree(p *pool.Pool, root pool.ID, minNext namespace.Ino) (*namespace.Tree, error) {
-	t, r, err := manifest.LoadTree(&manifest.PoolStore{Pool: p}, root)
-	if err != nil {
-		return nil, err
-	}
-	if namespace.Ino(r.NextIno) >= minNext {
-		return t, nil
-	}
-	// Rebuild with a higher next inode number (inode numbers are never
-	// reused within a workspace).
-	inodes := map[namespace.Ino]*namespace.Inode{}
-	for _, n := range t.Inodes() {
-		inodes[n.Ino] = n
-	}
-	return namespace.FromInodes(inodes, minNext)
-}
-
 // Fork creates a new workspace in newDir (which must not exist) from
-// snapshot id of the workspace in srcDir: its first checkpoint is the
-// snapshot's tree, so it shares every content object with the pool and
-// copies none. The new directory appears atomically (built under a temp
+// snapshot id of the workspace in srcDir, in time independent of the
+// tree's size: its first checkpoint is a manifest reference to the
+// snapshot's root (manifest.EncodeRef), so it shares every manifest and
+// content object in the pool and copies none; its first Open loads the
+// tree from the manifests (and verifies them). Inode numbers are the
+// snapshot's. The new directory appears atomically (built under a temp
 // name beside it, then renamed and the parent synced): after a crash it
 // either exists complete or not at all (a leftover temp named
-// .tmp-fork-* may remain). Inode numbers are those of the snapshot.
+// .tmp-fork-* may remain).
 func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (Info, error) {
 	in, err := Get(fsys, srcDir, id)
 	if err != nil {
@@ -125,11 +109,11 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
-	t, err := loadTree(p, in.Root, 0)
+	// The root object must be there (the rest is verified by Open).
+	r, err := manifest.ReadRoot(&manifest.PoolStore{Pool: p}, in.Root)
 	if err != nil {
 		return Info{}, fmt.Errorf("snapshot: fork from %d: %w", id, err)
 	}
-	payload := t.EncodeCheckpoint()
 	var rnd [6]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return Info{}, err
@@ -139,7 +123,7 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
 	// Group 0: the new log starts at group 1, after the checkpoint.
-	if err := seglog.WriteCheckpoint(fsys, filepath.Join(tmp, "checkpoint"), 0, payload); err != nil {
+	if err := seglog.WriteCheckpoint(fsys, filepath.Join(tmp, "checkpoint"), 0, manifest.EncodeRef(in.Root, r.NextIno)); err != nil {
 		_ = fsys.RemoveAll(tmp)
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
@@ -156,10 +140,12 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 // Restore returns the workspace of opts (offline: it takes the workspace
 // lock) to snapshot id. It first takes a snapshot of the state it
 // replaces (returned as before), so a restore is undone by restoring
-// that one. The restored tree is published as a checkpoint of the last
-// committed group G (durably, replacing any checkpoint of G atomically),
-// so recovery finds it and replays only groups after G; inode numbers are
-// the snapshot's, and the next inode number never goes down.
+// that one. It then loads the snapshot's whole tree once (so that a
+// damaged snapshot is refused before anything changes) and publishes a
+// manifest reference to it as the checkpoint of the last committed group
+// G (durably, replacing any checkpoint of G atomically): recovery finds
+// it and replays only groups after G. Inode numbers are the snapshot's;
+// the next inode number never goes down.
 func Restore(opts workspace.Options, id uint64, now time.Time) (before, target Info, err error) {
 	fsys := fsOf(opts)
 	target, err = Get(fsys, opts.Dir, id)
@@ -176,11 +162,10 @@ func Restore(opts workspace.Options, id uint64, now time.Time) (before, target I
 		if err != nil {
 			return err
 		}
-		nt, err := loadTree(opts.Pool, target.Root, t.NextIno())
-		if err != nil {
+		if _, _, err := manifest.LoadTree(&manifest.PoolStore{Pool: opts.Pool}, target.Root); err != nil {
 			return fmt.Errorf("snapshot: restore %d: %w", id, err)
 		}
-		return seglog.WriteCheckpoint(fsys, filepath.Join(opts.Dir, "checkpoint"), group, nt.EncodeCheckpoint())
+		return seglog.WriteCheckpoint(fsys, filepath.Join(opts.Dir, "checkpoint"), group, manifest.EncodeRef(target.Root, uint64(t.NextIno())))
 	})
 	// The open workspace's tree is stale now; closing it writes nothing
 	// (no operation ran).

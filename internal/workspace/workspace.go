@@ -214,6 +214,11 @@ type Workspace struct {
 		done    chan ckptResult // its result (capacity 1)
 	}
 
+	// The manifest root the checkpoint read at Open named (fork, restore),
+	// whose manifests ForEachObject also lists; set only by Open.
+	manifestRoot    pool.ID
+	hasManifestRoot bool
+
 	failed  atomic.Pointer[ioError] // sticky: set when an Enqueue fails
 	closed  atomic.Bool             // set by Close before the committer closes
 	ckptGrp atomic.Uint64           // group of the last checkpoint
@@ -337,10 +342,7 @@ func Open(opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("workspace %s: read checkpoint: %w", opts.Dir, err)
 	}
 	if payload != nil {
-		if w.tree, err = namespace.DecodeCheckpoint(payload); err == nil {
-			w.shadow, err = namespace.DecodeCheckpoint(payload)
-		}
-		if err != nil {
+		if w.tree, w.shadow, err = w.decodeCheckpoint(payload); err != nil {
 			return nil, fmt.Errorf("workspace %s: checkpoint of group %d: %w", opts.Dir, ckGroup, err)
 		}
 		w.ckptGrp.Store(ckGroup)
@@ -736,7 +738,9 @@ func (w *Workspace) contentID(n *namespace.Inode) namespace.ObjectID {
 // for pool garbage collection. Objects only the durable state still
 // references (replaced by an operation whose group has not committed yet)
 // are not listed: GC's grace period, far longer than a commit window,
-// covers them.
+// covers them. A workspace opened from a manifest-reference checkpoint
+// (fork, restore) also lists that tree's manifests and contents, which the
+// checkpoint still needs until a newer one replaces it.
 func (w *Workspace) ForEachObject(fn func(pool.ID)) {
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
@@ -744,4 +748,5 @@ func (w *Workspace) ForEachObject(fn func(pool.ID)) {
 		n.Mu.Unlock()
 		c.Objects(func(id namespace.ObjectID) { fn(pool.ID(id)) })
 	}
+	w.forEachManifestObject(fn)
 }
