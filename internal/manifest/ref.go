@@ -3,7 +3,6 @@ package manifest
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
 
 	"wsfs/internal/pool"
 )
@@ -45,35 +44,4 @@ func DecodeRef(payload []byte) (root pool.ID, minNext uint64, err error) {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
 	}
 	return root, minNext, d.err
-}
-
-// cachingStore remembers what it read from under.
-type cachingStore struct {
-	under Store
-	mu    sync.Mutex
-	m     map[pool.ID][]byte
-}
-
-// NewCachingStore returns a Store that reads through to under once per
-// ID and keeps the bytes (for loading one tree twice). Put goes to under.
-func NewCachingStore(under Store) Store {
-	return &cachingStore{under: under, m: map[pool.ID][]byte{}}
-}
-
-func (s *cachingStore) Put(data []byte) (pool.ID, error) { return s.under.Put(data) }
-
-func (s *cachingStore) Get(id pool.ID) ([]byte, error) {
-	s.mu.Lock()
-	b, ok := s.m[id]
-	s.mu.Unlock()
-	if ok {
-		return b, nil
-	}
-	b, err := s.under.Get(id)
-	if err == nil {
-		s.mu.Lock()
-		s.m[id] = b
-		s.mu.Unlock()
-	}
-	return b, err
 }

@@ -192,6 +192,19 @@ func BenchmarkOpenForked(b *testing.B) {
 	}
 }
 
+// BenchmarkOpenOrigin: opening (recovering) the benchmark workspace itself
+// from its ordinary checkpoint and log, for comparison with
+// BenchmarkOpenForked.
+func BenchmarkOpenOrigin(b *testing.B) {
+	e, w, _ := benchWorkspace(b)
+	noErr(b, w.Close())
+	defer func() { benchState.w = must[*workspace.Workspace](b)(workspace.Open(e.opts("w"))) }()
+	for b.Loop() {
+		ow := must[*workspace.Workspace](b)(workspace.Open(e.opts("w")))
+		noErr(b, ow.Close())
+	}
+}
+
 // BenchmarkSmallContentsAsObjects measures the alternative to keeping
 // inline contents in their directory's manifest: one pool object per
 // small file, published and synced (what a first snapshot would pay per
