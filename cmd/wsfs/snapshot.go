@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -41,20 +42,34 @@ func runSnapshot(ctx context.Context, g *globals, args []string) error {
 	if len(args) == 0 {
 		return usageError{snapshotUsage}
 	}
-	switch args[0] {
-	case "create":
-		return runSnapshotCreate(g, args[1:])
-	case "ls", "list":
-		return runSnapshotLs(g, args[1:])
-	case "rm", "remove":
-		return runSnapshotRm(g, args[1:])
-	case "prune":
-		return runSnapshotPrune(g, args[1:])
-	case "-h", "--help", "help":
+	sub, rest := args[0], args[1:]
+	if strings.HasPrefix(sub, "-") && sub != "-h" && sub != "--help" {
+		// Flags before the subcommand (wsfs snapshot --home H create ws):
+		// the subcommand is the first known word.
+		for i, a := range args {
+			if _, ok := snapshotSubcommands[a]; ok {
+				sub, rest = a, append(append([]string{}, args[:i]...), args[i+1:]...)
+				break
+			}
+		}
+	}
+	if run, ok := snapshotSubcommands[sub]; ok {
+		return run(g, rest)
+	}
+	if sub == "-h" || sub == "--help" || sub == "help" {
 		fmt.Fprintln(g.stderr, snapshotUsage)
 		return flag.ErrHelp
 	}
-	return usageError{fmt.Sprintf("unknown snapshot command %q\n\n%s", args[0], snapshotUsage)}
+	return usageError{fmt.Sprintf("unknown snapshot command %q\n\n%s", sub, snapshotUsage)}
+}
+
+var snapshotSubcommands map[string]func(*globals, []string) error
+
+func init() {
+	snapshotSubcommands = map[string]func(*globals, []string) error{
+		"create": runSnapshotCreate, "ls": runSnapshotLs, "list": runSnapshotLs,
+		"rm": runSnapshotRm, "remove": runSnapshotRm, "prune": runSnapshotPrune,
+	}
 }
 
 // snapshotHost opens the host and its pool and checks workspace name.

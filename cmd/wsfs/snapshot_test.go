@@ -196,5 +196,9 @@ func TestSnapshotCommands(t *testing.T) {
 		t.Fatalf("after prune: %s", out)
 	}
 	want(2, "", "snapshot", "frobnicate", "ws")
+	// Flags may come before the subcommand too.
+	if code, out, errs := snapRun("snapshot", "--home", home, "ls", "ws"); code != 0 || !strings.Contains(out, "ws@") {
+		t.Fatalf("snapshot --home H ls ws: %d %s %s", code, out, errs)
+	}
 	want(3, "", "snapshot", "create", "nosuch")
 }

@@ -136,8 +136,11 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 	}
 	randData := func() []byte {
 		n := r.IntN(40)
-		if r.IntN(10) == 0 {
+		switch r.IntN(20) {
+		case 0, 1:
 			n = 70 << 10 // one pool object
+		case 2:
+			n = 1<<20 + 1000 + r.IntN(3) // chunked: two chunks
 		}
 		b := make([]byte, n)
 		for i := range b {
