@@ -82,6 +82,22 @@ func CreateOffline(opts workspace.Options, label string, now time.Time) (Info, m
 	return in, stats, nil
 }
 
+// CreateServing takes a snapshot of workspace w while it serves (the
+// daemon's online path): it contains every operation completed before the
+// call (workspace.DurableTree commits them first) and is durable when it
+// returns. Commits wait only while the durable tree is copied; building
+// and syncing the manifests runs beside them.
+func CreateServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Pool, label string, now time.Time) (Info, manifest.BuildStats, error) {
+	var in Info
+	var stats manifest.BuildStats
+	err := w.DurableTree(func(t *namespace.Tree, group uint64) error {
+		var err error
+		in, stats, err = Create(fsys, wsDir, p, t, group, label, now)
+		return err
+	})
+	return in, stats, err
+}
+
 func fsOf(opts workspace.Options) vfs.FS {
 	if opts.FS == nil {
 		return vfs.Default

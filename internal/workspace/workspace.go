@@ -207,7 +207,11 @@ type Workspace struct {
 	// Owned by the committer's flusher goroutine (OnCommit) after Open,
 	// and by Close once the flusher has exited.
 	shadow    *namespace.Tree
-	sinceCkpt int64
+	// shadowMu guards shadow and shadowGroup against DurableTree, which
+	// clones the shadow from another goroutine (durable.go).
+	shadowMu    sync.Mutex
+	shadowGroup uint64 // the group the shadow is at the end of
+	sinceCkpt   int64
 	shadowErr error
 	ckpt      struct {
 		running bool            // a checkpoint write is in flight
@@ -357,6 +361,7 @@ func Open(opts Options) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace %s: open log: %w", opts.Dir, err)
 	}
+	w.shadowGroup = w.log.LastGroup()
 	// seglog.Open has logged a torn-tail repair (Warn) through w.lg.
 	fresh := payload == nil && w.log.LastGroup() == 0
 	replayed := 0
@@ -454,6 +459,9 @@ func (w *Workspace) now() int64 { return w.clock.Now().UnixNano() }
 // flusher is its goroutine).
 func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 	w.reapCheckpoint(false)
+	w.shadowMu.Lock()
+	defer w.shadowMu.Unlock()
+	w.shadowGroup = group
 	if w.shadowErr != nil {
 		return
 	}
