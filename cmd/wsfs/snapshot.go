@@ -29,7 +29,7 @@ func init() {
 
 const snapshotUsage = `usage: wsfs snapshot <create|ls|rm|prune> [flags] ARGS
 
-  create NAME [--label L]    snapshot NAME's durable state (offline: no daemon may serve it)
+  create NAME [--label L]    snapshot NAME's durable state (through its daemon if one serves it)
   ls NAME [--json]           list NAME's snapshots
   rm NAME@ID                 remove a snapshot (its objects go at the next gc)
   prune NAME --keep-last N --keep-within DURATION
@@ -39,6 +39,7 @@ A snapshot is durable when 'create' returns. Fork one with 'wsfs fork',
 compare with 'wsfs diff', go back to one with 'wsfs restore'.`
 
 func runSnapshot(ctx context.Context, g *globals, args []string) error {
+	snapshotCtx = ctx
 	if len(args) == 0 {
 		return usageError{snapshotUsage}
 	}
@@ -64,6 +65,10 @@ func runSnapshot(ctx context.Context, g *globals, args []string) error {
 }
 
 var snapshotSubcommands map[string]func(*globals, []string) error
+
+// snapshotCtx is the context of the running snapshot command (the
+// subcommand table has no context parameter).
+var snapshotCtx = context.Background()
 
 func init() {
 	snapshotSubcommands = map[string]func(*globals, []string) error{
@@ -121,8 +126,9 @@ func runSnapshotCreate(g *globals, args []string) error {
 Takes a snapshot of workspace NAME: its durable state, every operation
 that completed before the command was called. It is durable (manifests
 synced, catalog entry published and its directory synced) when the
-command returns, and prints NAME@ID. For now the workspace must not be
-served: with a daemon running the command exits 3.`)
+command returns, and prints NAME@ID. When a daemon serves NAME, the
+daemon takes it (through its control socket): writers wait at most for
+the copy of the durable tree, readers not at all.`)
 	g.homeFlag(flags)
 	label := flags.String("label", "", fmt.Sprintf("a label to remember it by (at most %d bytes)", snapshot.MaxLabel))
 	if err := parseFlags(flags, args); err != nil {
@@ -141,12 +147,26 @@ served: with a daemon running the command exits 3.`)
 	}
 	start := time.Now()
 	in, st, err := snapshot.CreateOffline(offlineOptions(h, p, name, g.stderr), *label, start)
+	how := "offline"
+	if errors.Is(err, vfs.ErrLocked) {
+		// Served: the daemon takes it.
+		rep, rerr := requestSnapshot(snapshotCtx, h.WorkspaceDir(name), *label)
+		if errors.Is(rerr, errNoControl) {
+			return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, err)}
+		}
+		if rerr != nil {
+			return rerr
+		}
+		in = snapshot.Info{ID: rep.ID, Group: rep.Group}
+		st.Dirs, st.Entries, st.Bytes = rep.Dirs, rep.Entries, rep.Bytes
+		err, how = nil, "through the daemon"
+	}
 	if err != nil {
 		return offlineError("wsfs snapshot create", name, err)
 	}
 	fmt.Fprintf(g.stdout, "%s@%d\n", name, in.ID)
-	fmt.Fprintf(g.stderr, "wsfs: snapshot %s@%d of group %d: %d directories, %d entries, %s of manifests, in %v\n",
-		name, in.ID, in.Group, st.Dirs, st.Entries, humanBytes(int64(st.Bytes)), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(g.stderr, "wsfs: snapshot %s@%d of group %d (%s): %d directories, %d entries, %s of manifests, in %v\n",
+		name, in.ID, in.Group, how, st.Dirs, st.Entries, humanBytes(int64(st.Bytes)), time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

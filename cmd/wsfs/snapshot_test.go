@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
+	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -201,4 +203,53 @@ func TestSnapshotCommands(t *testing.T) {
 		t.Fatalf("snapshot --home H ls ws: %d %s %s", code, out, errs)
 	}
 	want(3, "", "snapshot", "create", "nosuch")
+}
+
+// TestSnapshotCreateThroughDaemon: while a daemon serves the workspace
+// (here: the workspace open and its control socket served, as wsfs mount
+// does), `snapshot create` is taken by the daemon and holds what was
+// written before it.
+func TestSnapshotCreateThroughDaemon(t *testing.T) {
+	home, open := snapHost(t)
+	w := open()
+	defer w.Close()
+	h, _ := host.Open(home)
+	p, _ := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
+	stop, err := startSnapshotControl(w, h.WorkspaceDir("ws"), p, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	put(t, w, "before", "written before the snapshot")
+	code, out, errs := snapRun("snapshot", "create", "--home", home, "--label", "online", "ws")
+	if code != 0 || out != "ws@1\n" || !strings.Contains(errs, "through the daemon") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	put(t, w, "after", "x")
+	in, err := snapshot.Get(vfs.Default, h.WorkspaceDir("ws"), 1)
+	if err != nil || in.Label != "online" {
+		t.Fatalf("%+v %v", in, err)
+	}
+	// Diff between snapshots needs no lock; take a second one online.
+	if code, out, _ := snapRun("snapshot", "create", "--home", home, "ws"); code != 0 || out != "ws@2\n" {
+		t.Fatalf("second: %d %s", code, out)
+	}
+	if code, out, _ := snapRun("diff", "--home", home, "ws@1", "ws@2"); code != 0 || out != "A  /after\n" {
+		t.Fatalf("diff: %d %q", code, out)
+	}
+	// Fork the online snapshot and find the file in it.
+	if code, _, errs := snapRun("fork", "--home", home, "ws@1", "ws-copy"); code != 0 {
+		t.Fatalf("fork: %d %s", code, errs)
+	}
+	fw, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws-copy"), Pool: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	if got := get(t, fw, "before"); got != "written before the snapshot" {
+		t.Fatalf("fork of the online snapshot: %q", got)
+	}
+	if got := get(t, fw, "after"); got != "<missing>" {
+		t.Fatalf("fork holds a write made after the snapshot: %q", got)
+	}
 }
