@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
@@ -251,5 +256,110 @@ func TestSnapshotCreateThroughDaemon(t *testing.T) {
 	}
 	if got := get(t, fw, "after"); got != "<missing>" {
 		t.Fatalf("fork holds a write made after the snapshot: %q", got)
+	}
+}
+
+// mountWS runs `wsfs mount` for name at mp until the test ends.
+func mountWS(t *testing.T, home, name, mp string) {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready-"+name)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan string, 1)
+	go func() {
+		var out bytes.Buffer
+		g := &globals{stdout: &out, stderr: &out}
+		code := run(ctx, g, []string{"mount", "--home", home, "--ready-file", ready, "--group-window", "5ms", name, mp})
+		done <- fmt.Sprintf("exit %d: %s", code, out.String())
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("daemon did not stop within 30s")
+			exec.Command("umount", "-l", mp).Run()
+		}
+	})
+	deadline := time.After(30 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("daemon exited early: %s", r)
+		case <-deadline:
+			t.Fatal("mount not ready within 30s")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// TestSnapshotForkMounted: through real mounts, a snapshot of a mounted
+// workspace is taken by its daemon, a fork of it mounts at once and holds
+// the snapshot's files, and diff shows what changed after it.
+func TestSnapshotForkMounted(t *testing.T) {
+	if err := fusefs.CheckFUSE(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	home, _ := snapHost(t)
+	mp := filepath.Join(home, "mnt", "ws")
+	if err := os.MkdirAll(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mountWS(t, home, "ws", mp)
+	if err := os.MkdirAll(filepath.Join(mp, "src", "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 200<<10) // 3.2 MB: chunked
+	files := map[string][]byte{"src/pkg/a.go": []byte("package pkg\n"), "README": []byte("hi\n"), "big.bin": big}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(mp, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("src/pkg/a.go", filepath.Join(mp, "link")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := snapRun("snapshot", "create", "--home", home, "ws")
+	if code != 0 || out != "ws@1\n" {
+		t.Fatalf("snapshot of a mounted workspace: %d %s %s", code, out, errs)
+	}
+	if err := os.WriteFile(filepath.Join(mp, "README"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(mp, "src", "pkg", "a.go"), filepath.Join(mp, "src", "pkg", "b.go")); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := snapRun("snapshot", "create", "--home", home, "ws"); code != 0 || out != "ws@2\n" {
+		t.Fatalf("second snapshot: %d %s", code, out)
+	}
+	wantDiff := "M  /README\nR  /src/pkg/a.go -> /src/pkg/b.go\n"
+	if code, out, _ := snapRun("diff", "--home", home, "ws@1", "ws@2"); code != 0 || out != wantDiff {
+		t.Fatalf("diff: %d %q, want %q", code, out, wantDiff)
+	}
+	if code, _, errs := snapRun("fork", "--home", home, "ws@1", "ws-f"); code != 0 {
+		t.Fatalf("fork: %d %s", code, errs)
+	}
+	fmp := filepath.Join(home, "mnt", "ws-f")
+	if err := os.MkdirAll(fmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mountWS(t, home, "ws-f", fmp)
+	for name, data := range files {
+		got, err := os.ReadFile(filepath.Join(fmp, name))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("fork: %s: %d bytes, %v", name, len(got), err)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(fmp, "link")); err != nil || target != "src/pkg/a.go" {
+		t.Fatalf("fork: link -> %q, %v", target, err)
+	}
+	// The fork is writable and independent of its origin.
+	if err := os.WriteFile(filepath.Join(fmp, "README"), []byte("fork\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(mp, "README")); string(got) != "changed\n" {
+		t.Fatalf("origin changed by a write to the fork: %q", got)
 	}
 }

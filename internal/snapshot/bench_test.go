@@ -146,6 +146,35 @@ func BenchmarkSnapshotAfter10Changes(b *testing.B) {
 	}
 }
 
+// BenchmarkSnapshotServingAfter10Changes: the daemon's path
+// (CreateServing: commit, copy of the durable tree, build, sync) with 10
+// files changed since the previous snapshot.
+func BenchmarkSnapshotServingAfter10Changes(b *testing.B) {
+	e, w, dirs := benchWorkspace(b)
+	wsDir := e.wsDir("w")
+	_, _, err := CreateServing(w, vfs.Default, wsDir, e.pool, "", time.Now())
+	noErr(b, err)
+	r := rand.New(rand.NewPCG(7, 8))
+	for b.Loop() {
+		b.StopTimer()
+		for i := 0; i < 10; i++ {
+			writeFile(b, w, dirs[r.IntN(len(dirs))], fmt.Sprintf("file%03d.go", r.IntN(100)), []byte(fmt.Sprint("changed ", r.Uint64())))
+		}
+		b.StartTimer()
+		_, _, err := CreateServing(w, vfs.Default, wsDir, e.pool, "", time.Now())
+		noErr(b, err)
+	}
+}
+
+// BenchmarkDurableTreeCopy: the part of an online snapshot that commits
+// wait for (the copy of the durable shadow under its lock).
+func BenchmarkDurableTreeCopy(b *testing.B) {
+	_, w, _ := benchWorkspace(b)
+	for b.Loop() {
+		noErr(b, w.DurableTree(func(*namespace.Tree, uint64) error { return nil }))
+	}
+}
+
 // BenchmarkBuildOnly: encoding and hashing every manifest into memory,
 // without the pool (the CPU part of a snapshot, and what diff against the
 // live tree pays).
