@@ -206,14 +206,14 @@ type Workspace struct {
 
 	// Owned by the committer's flusher goroutine (OnCommit) after Open,
 	// and by Close once the flusher has exited.
-	shadow    *namespace.Tree
+	shadow *namespace.Tree
 	// shadowMu guards shadow and shadowGroup against DurableTree, which
 	// clones the shadow from another goroutine (durable.go).
 	shadowMu    sync.Mutex
 	shadowGroup uint64 // the group the shadow is at the end of
 	sinceCkpt   int64
-	shadowErr error
-	ckpt      struct {
+	shadowErr   error
+	ckpt        struct {
 		running bool            // a checkpoint write is in flight
 		done    chan ckptResult // its result (capacity 1)
 	}
