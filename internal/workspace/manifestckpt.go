@@ -62,27 +62,6 @@ func (w *Workspace) forEachManifestObject(fn func(pool.ID)) {
 	}
 }
 
-// cloneTree returns an independent copy of a still tree: inodes, entry
-// and xattr maps are copied; content, target and xattr value bytes are
-// shared (immutable once published).
-func cloneTree(t *namespace.Tree) (*namespace.Tree, error) {
-	inodes := make(map[namespace.Ino]*namespace.Inode, t.Len())
-	for _, n := range t.Inodes() {
-		c := &namespace.Inode{Ino: n.Ino, Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid, Rdev: n.Rdev,
-			Size: n.Size, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Content: n.Content, Target: n.Target, Parent: n.Parent}
-		if n.Entries != nil {
-			c.Entries = make(map[string]namespace.Ino, len(n.Entries))
-			for k, v := range n.Entries {
-				c.Entries[k] = v
-			}
-		}
-		if n.Xattrs != nil {
-			c.Xattrs = make(map[string][]byte, len(n.Xattrs))
-			for k, v := range n.Xattrs {
-				c.Xattrs[k] = v
-			}
-		}
-		inodes[n.Ino] = c
-	}
-	return namespace.FromInodes(inodes, t.NextIno())
-}
+// cloneTree returns an independent copy of a still tree (see
+// namespace.Tree.Clone).
+func cloneTree(t *namespace.Tree) (*namespace.Tree, error) { return t.Clone(), nil }
