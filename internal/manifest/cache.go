@@ -181,3 +181,29 @@ func (c *Cache) Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) 
 	c.valid = true
 	return id, stats, nil
 }
+
+// Seed is the state of a full build made outside the caller's lock, to be
+// installed into a cache that has collected Touches since the tree was
+// copied.
+type Seed struct {
+	ids     map[namespace.Ino]pool.ID
+	parents map[namespace.Ino]map[namespace.Ino]struct{}
+}
+
+// BuildSeed does a full build of t without any cache's state: t is a copy
+// of the tree taken when the cache that will Install the seed started
+// collecting Touches.
+func BuildSeed(t *namespace.Tree, st Store) (pool.ID, BuildStats, *Seed, error) {
+	b := NewCache()
+	id, stats, err := b.Build(t, st)
+	if err != nil {
+		return id, stats, nil, err
+	}
+	return id, stats, &Seed{ids: b.ids, parents: b.parents}, nil
+}
+
+// Install makes c valid with a seed's state; the Touches c collected since
+// the seed's tree was copied stay dirty, so the next Build covers them.
+func (c *Cache) Install(s *Seed) {
+	c.ids, c.parents, c.valid = s.ids, s.parents, true
+}

@@ -41,6 +41,22 @@ func (s *PoolStore) Put(data []byte) (pool.ID, error) {
 // Get reads and verifies object id.
 func (s *PoolStore) Get(id pool.ID) ([]byte, error) { return s.Pool.ReadAll(id) }
 
+// Reuse protects objects a build took from a cache instead of putting
+// them (pool.Protect: GC's grace period starts again; an error wrapping
+// *pool.MissingObjectError if one is gone) and adds them to the set Sync
+// makes durable.
+func (s *PoolStore) Reuse(ids []pool.ID) error {
+	for _, id := range ids {
+		if err := s.Pool.Protect(id); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.put = append(s.put, ids...)
+	s.mu.Unlock()
+	return nil
+}
+
 // Sync makes every object Put so far durable (fdatasync each, fsync their
 // publication directories): new ones, and deduplicated ones that another
 // process may have published without syncing.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/workspace"
 )
 
@@ -64,4 +65,53 @@ func TestCreateServing(t *testing.T) {
 	if done.Load() < 10 {
 		t.Fatalf("the writer completed only %d files", done.Load())
 	}
+}
+
+// TestCreateServingIncremental: after the first online snapshot, the next
+// ones encode only the changed directories and their ancestors, still
+// equal a full build of the tree, and survive a cached manifest vanishing
+// from the pool (a full build then).
+func TestCreateServingIncremental(t *testing.T) {
+	e := memEnv(t)
+	w := e.open("w")
+	defer w.Close()
+	var leaves []workspace.Ino
+	for i := 0; i < 5; i++ {
+		top := must[workspace.Attr](t)(w.Mkdir(workspace.RootIno, fmt.Sprint("top", i), 0o755, me)).Ino
+		for j := 0; j < 4; j++ {
+			d := must[workspace.Attr](t)(w.Mkdir(top, fmt.Sprint("d", j), 0o755, me)).Ino
+			leaves = append(leaves, d)
+			for k := 0; k < 5; k++ {
+				writeFile(t, w, d, fmt.Sprint("f", k), []byte(fmt.Sprint(i, j, k)))
+			}
+		}
+	}
+	take := func(want int) Info {
+		t.Helper()
+		in, st, err := CreateServing(w, e.fs, e.wsDir("w"), e.pool, "", time.Now())
+		noErr(t, err)
+		if want >= 0 && st.Dirs != want {
+			t.Fatalf("snapshot %d encoded %d directories, want %d", in.ID, st.Dirs, want)
+		}
+		if d := diffViews(viewOfWorkspace(t, e.pool, w), viewOfSnapshot(t, e.pool, in)); d != "" {
+			t.Fatalf("snapshot %d differs from the tree:\n%s", in.ID, d)
+		}
+		return in
+	}
+	take(26)                                                    // root + 5 tops + 20 leaves
+	writeFile(t, w, leaves[7], "f1", []byte("changed"))         // top1/d3
+	take(3)                                                     // leaf, its top, the root
+	take(0)                                                     // nothing changed
+	noErr(t, w.Rename(leaves[0], "f0", leaves[19], "moved", 0)) // top0/d0 -> top4/d3
+	take(5)                                                     // two leaves, two tops, root
+	// A cached manifest disappears from the pool (GC after its snapshots
+	// were removed): the snapshot still succeeds, with a full build.
+	r, err := manifest.ReadRoot(&manifest.PoolStore{Pool: e.pool}, take(0).Root)
+	noErr(t, err)
+	es, err := manifest.ReadDir(&manifest.PoolStore{Pool: e.pool}, r.Entry.Dir)
+	noErr(t, err)
+	noErr(t, e.fs.Remove(e.pool.Path(es[2].Dir))) // top2
+	writeFile(t, w, leaves[0], "f2", []byte("again"))
+	take(-1)
+	take(0)
 }

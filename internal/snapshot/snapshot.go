@@ -31,25 +31,8 @@ func Create(fsys vfs.FS, wsDir string, p *pool.Pool, t *namespace.Tree, group ui
 	if err != nil {
 		return Info{}, stats, fmt.Errorf("snapshot: build manifests: %w", err)
 	}
-	// Contents are durable already (committed groups synced them); the
-	// manifests are not until this sync.
-	if err := st.Sync(); err != nil {
-		return Info{}, stats, fmt.Errorf("snapshot: sync manifests: %w", err)
-	}
-	l, err := lockCatalog(fsys, wsDir)
-	if err != nil {
-		return Info{}, stats, err
-	}
-	defer l.Close()
-	id, err := nextID(fsys, wsDir)
-	if err != nil {
-		return Info{}, stats, err
-	}
-	in := Info{ID: id, Label: label, Time: now, Group: group, Root: root}
-	if err := publish(fsys, wsDir, in); err != nil {
-		return Info{}, stats, fmt.Errorf("snapshot: publish catalog entry: %w", err)
-	}
-	return in, stats, nil
+	in, err := publishNew(fsys, wsDir, st, root, group, label, now)
+	return in, stats, err
 }
 
 // openOffline opens the workspace of opts; a served workspace is an error
@@ -84,18 +67,53 @@ func CreateOffline(opts workspace.Options, label string, now time.Time) (Info, m
 
 // CreateServing takes a snapshot of workspace w while it serves (the
 // daemon's online path): it contains every operation completed before the
-// call (workspace.DurableTree commits them first) and is durable when it
-// returns. Commits wait only while the durable tree is copied; building
-// and syncing the manifests runs beside them.
+// call (committed first) and is durable when it returns. Its manifests
+// come from workspace.DurableManifest: after the first snapshot of the
+// process only the directories changed since the previous one are
+// encoded, and commits wait only for that; the rest (sync, catalog entry)
+// runs beside them.
 func CreateServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Pool, label string, now time.Time) (Info, manifest.BuildStats, error) {
-	var in Info
-	var stats manifest.BuildStats
-	err := w.DurableTree(func(t *namespace.Tree, group uint64) error {
-		var err error
-		in, stats, err = Create(fsys, wsDir, p, t, group, label, now)
-		return err
-	})
+	if len(label) > MaxLabel {
+		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: label of %d bytes (at most %d)", len(label), MaxLabel)
+	}
+	st := &manifest.PoolStore{Pool: p}
+	root, group, stats, err := w.DurableManifest(st)
+	var missing *pool.MissingObjectError
+	if errors.As(err, &missing) {
+		// A cached manifest was removed (GC after its snapshots went):
+		// the cache is invalid now, and this build is a full one.
+		st = &manifest.PoolStore{Pool: p}
+		root, group, stats, err = w.DurableManifest(st)
+	}
+	if err != nil {
+		return Info{}, stats, fmt.Errorf("snapshot: build manifests: %w", err)
+	}
+	in, err := publishNew(fsys, wsDir, st, root, group, label, now)
 	return in, stats, err
+}
+
+// publishNew syncs the manifests st put or reused, allocates an ID and
+// publishes the catalog entry durably.
+func publishNew(fsys vfs.FS, wsDir string, st *manifest.PoolStore, root pool.ID, group uint64, label string, now time.Time) (Info, error) {
+	// Contents are durable already (committed groups synced them); the
+	// manifests are not until this sync.
+	if err := st.Sync(); err != nil {
+		return Info{}, fmt.Errorf("snapshot: sync manifests: %w", err)
+	}
+	l, err := lockCatalog(fsys, wsDir)
+	if err != nil {
+		return Info{}, err
+	}
+	defer l.Close()
+	id, err := nextID(fsys, wsDir)
+	if err != nil {
+		return Info{}, err
+	}
+	in := Info{ID: id, Label: label, Time: now, Group: group, Root: root}
+	if err := publish(fsys, wsDir, in); err != nil {
+		return Info{}, fmt.Errorf("snapshot: publish catalog entry: %w", err)
+	}
+	return in, nil
 }
 
 func fsOf(opts workspace.Options) vfs.FS {

@@ -80,6 +80,7 @@ import (
 	"time"
 
 	"wsfs/internal/commit"
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
@@ -211,9 +212,13 @@ type Workspace struct {
 	// clones the shadow from another goroutine (durable.go).
 	shadowMu    sync.Mutex
 	shadowGroup uint64 // the group the shadow is at the end of
-	sinceCkpt   int64
-	shadowErr   error
-	ckpt        struct {
+	// snapCache (guarded by shadowMu) is told every record applied to the
+	// shadow, for DurableManifest; nil until its first call.
+	snapCache *manifest.Cache
+	snapMu    sync.Mutex // serializes DurableManifest
+	sinceCkpt int64
+	shadowErr error
+	ckpt      struct {
 		running bool            // a checkpoint write is in flight
 		done    chan ckptResult // its result (capacity 1)
 	}
@@ -469,6 +474,9 @@ func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 		rec, err := namespace.DecodeRecord(r.Data)
 		if err == nil {
 			err = w.shadow.Apply(rec)
+		}
+		if err == nil && w.snapCache != nil {
+			w.snapCache.Touch(rec)
 		}
 		if err != nil {
 			w.shadowErr = fmt.Errorf("durable shadow: group %d record %d: %w", group, i, err)
