@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ type crashPoint struct {
 // and remove (the moments a power loss can cut off), noting how many
 // operations had been acknowledged (acked, read before cloning).
 func record(mem *vfs.MemFS, acked *atomic.Int64, points *[]crashPoint) {
+	var mu sync.Mutex // hooks run on every goroutine syncing (the drain's too)
 	mem.SetHook(func(op vfs.Op, path string) {
 		switch op {
 		case vfs.OpSync, vfs.OpSyncData, vfs.OpRename, vfs.OpLink, vfs.OpRemove:
@@ -30,7 +32,10 @@ func record(mem *vfs.MemFS, acked *atomic.Int64, points *[]crashPoint) {
 			return
 		}
 		a := int(acked.Load())
-		*points = append(*points, crashPoint{fs: mem.CrashClone(), acked: a, what: fmt.Sprintf("%v %s", op, path)})
+		c := mem.CrashClone()
+		mu.Lock()
+		*points = append(*points, crashPoint{fs: c, acked: a, what: fmt.Sprintf("%v %s", op, path)})
+		mu.Unlock()
 	})
 }
 
