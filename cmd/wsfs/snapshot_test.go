@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -259,6 +260,24 @@ func TestSnapshotCreateThroughDaemon(t *testing.T) {
 	}
 }
 
+// lockedBuffer is a bytes.Buffer the daemon's goroutines may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // mountWS runs `wsfs mount` for name at mp until the test ends.
 func mountWS(t *testing.T, home, name, mp string) {
 	t.Helper()
@@ -266,8 +285,8 @@ func mountWS(t *testing.T, home, name, mp string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan string, 1)
 	go func() {
-		var out bytes.Buffer
-		g := &globals{stdout: &out, stderr: &out}
+		out := &lockedBuffer{}
+		g := &globals{stdout: out, stderr: out}
 		code := run(ctx, g, []string{"mount", "--home", home, "--ready-file", ready, "--group-window", "5ms", name, mp})
 		done <- fmt.Sprintf("exit %d: %s", code, out.String())
 	}()
