@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -228,4 +229,70 @@ func TestCrashRestore(t *testing.T) {
 		}
 	}
 	t.Logf("crash points: %d, violations: %d", len(points), violations)
+}
+
+// TestCrashSnapshotServing crashes at every sync/rename boundary of online
+// snapshots, the incremental ones included (they reuse manifests an
+// earlier snapshot synced): every snapshot whose create returned exists
+// after recovery and equals the tree it was taken of.
+func TestCrashSnapshotServing(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	e := newEnv(t, mem, "/host")
+	w := e.open("w")
+	defer w.Close()
+	var want []view
+	var acked atomic.Int64
+	var points []crashPoint
+	var leaves []workspace.Ino
+	for i := range 4 {
+		d := must[workspace.Attr](t)(w.Mkdir(workspace.RootIno, fmt.Sprint("d", i), 0o755, me))
+		leaves = append(leaves, d.Ino)
+		writeFile(t, w, d.Ino, "f", []byte("initial"))
+	}
+	for round := range 4 {
+		if round > 0 {
+			writeFile(t, w, leaves[round], "f", []byte(fmt.Sprint("round ", round)))
+		}
+		want = append(want, viewOfWorkspace(t, e.pool, w))
+		if round == 1 {
+			record(mem, &acked, &points)
+		}
+		in, _, err := CreateServing(w, e.fs, e.wsDir("w"), e.pool, "", time.Now())
+		noErr(t, err)
+		if in.ID != uint64(round+1) {
+			t.Fatalf("id %d in round %d", in.ID, round)
+		}
+		acked.Add(1)
+	}
+	mem.SetHook(nil)
+	violations := 0
+	for _, pt := range points {
+		r := recovered(t, pt.fs)
+		all, err := List(r.fs, r.wsDir("w"))
+		if err != nil {
+			t.Errorf("at %s: catalog: %v", pt.what, err)
+			violations++
+			continue
+		}
+		if len(all) < pt.acked {
+			t.Errorf("at %s: %d snapshots acknowledged, %d in the catalog", pt.what, pt.acked, len(all))
+			violations++
+		}
+		for _, in := range all {
+			tr, _, err := manifest.LoadTree(&manifest.PoolStore{Pool: r.pool}, in.Root)
+			if err != nil {
+				t.Errorf("at %s: snapshot %d does not load: %v", pt.what, in.ID, err)
+				violations++
+				continue
+			}
+			if d := diffViews(want[in.ID-1], viewOfTree(t, r.pool, tr)); d != "" {
+				t.Errorf("at %s: snapshot %d differs from its tree:\n%s", pt.what, in.ID, d)
+				violations++
+			}
+		}
+	}
+	t.Logf("crash points: %d, violations: %d", len(points), violations)
+	if len(points) < 10 {
+		t.Fatalf("only %d crash points", len(points))
+	}
 }

@@ -2,12 +2,17 @@ package snapshot
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"wsfs/internal/manifest"
+	"wsfs/internal/pool"
+	"wsfs/internal/vfs"
+	"wsfs/internal/vfs/errorfs"
 	"wsfs/internal/workspace"
 )
 
@@ -114,4 +119,47 @@ func TestCreateServingIncremental(t *testing.T) {
 	writeFile(t, w, leaves[0], "f2", []byte("again"))
 	take(-1)
 	take(0)
+}
+
+// TestCreateServingSyncFailure: when syncing the manifests fails, the
+// snapshot is refused (no catalog entry), and the next one, which reuses
+// the cache, is complete and durable.
+func TestCreateServingSyncFailure(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var armed atomic.Bool
+	fsys := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if armed.Load() && op == vfs.OpSyncData && strings.Contains(path, "/pool/objects/") {
+			return syscall.EIO
+		}
+		return nil
+	}))
+	e := newEnv(t, fsys, "/host")
+	w := e.open("w")
+	defer w.Close()
+	d := must[workspace.Attr](t)(w.Mkdir(workspace.RootIno, "d", 0o755, me))
+	writeFile(t, w, d.Ino, "f", []byte("one"))
+	must[Info](t)(func() (Info, error) {
+		in, _, err := CreateServing(w, e.fs, e.wsDir("w"), e.pool, "", time.Now())
+		return in, err
+	}())
+	writeFile(t, w, d.Ino, "f", []byte("two"))
+	armed.Store(true)
+	if _, _, err := CreateServing(w, e.fs, e.wsDir("w"), e.pool, "", time.Now()); err == nil {
+		t.Fatal("a snapshot whose manifests failed to sync was acknowledged")
+	}
+	armed.Store(false)
+	if all, _ := List(e.fs, e.wsDir("w")); len(all) != 1 {
+		t.Fatalf("%d catalog entries after the failed snapshot, want 1", len(all))
+	}
+	writeFile(t, w, workspace.RootIno, "g", []byte("three"))
+	in := must[Info](t)(func() (Info, error) {
+		in, _, err := CreateServing(w, e.fs, e.wsDir("w"), e.pool, "", time.Now())
+		return in, err
+	}())
+	// What a crash now leaves holds the snapshot, whole.
+	c := mem.CrashClone()
+	p := must[*pool.Pool](t)(pool.Open(c, "/host/pool", pool.Options{}))
+	if dv := diffViews(viewOfWorkspace(t, e.pool, w), viewOfSnapshot(t, p, in)); dv != "" {
+		t.Fatalf("snapshot after the failure:\n%s", dv)
+	}
 }

@@ -98,6 +98,17 @@ func publishNew(fsys vfs.FS, wsDir string, st *manifest.PoolStore, root pool.ID,
 	// Contents are durable already (committed groups synced them); the
 	// manifests are not until this sync.
 	if err := st.Sync(); err != nil {
+		// A failed sync proves nothing when retried (fsyncgate): rewrite
+		// the objects it names from verified bytes, so that a later
+		// snapshot reusing them (the daemon's cache) finds them whole.
+		var se *pool.SyncError
+		if errors.As(err, &se) {
+			for _, id := range se.Republish {
+				if rerr := st.Pool.Republish(id); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
+		}
 		return Info{}, fmt.Errorf("snapshot: sync manifests: %w", err)
 	}
 	l, err := lockCatalog(fsys, wsDir)
