@@ -59,10 +59,8 @@
 package fusefs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"os"
@@ -78,6 +76,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"wsfs/internal/metrics"
+	"wsfs/internal/mountinfo"
 	"wsfs/internal/workspace"
 )
 
@@ -385,7 +384,7 @@ func CheckMountpoint(mp string) error {
 	case !st.IsDir():
 		return precondition("mount point %s is not a directory", mp)
 	}
-	mounted, err := isMountpoint(mp)
+	mounted, err := mountinfo.IsMountPoint(mp)
 	if err != nil {
 		return err
 	}
@@ -403,57 +402,6 @@ func CheckMountpoint(mp string) error {
 	return nil
 }
 
-// isMountpoint looks mp up in /proc/self/mountinfo (field 5, octal escaped).
-func isMountpoint(mp string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("read mount table: %w", err)
-	}
-	defer f.Close()
-	return mountinfoHas(f, mp)
-}
-
-func mountinfoHas(rd io.Reader, mp string) (bool, error) {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == mp {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountinfo undoes the kernel's \ooo escapes of space, tab, newline
-// and backslash.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			var v byte
-			ok := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + (c - '0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // slogWriter routes go-fuse's log.Logger output to slog.
 type slogWriter struct{ l *slog.Logger }
 
@@ -468,75 +416,40 @@ func MountSource(name string) string { return "wsfs:" + name }
 // Mounts returns the mount points where workspace name is mounted, from
 // /proc/self/mountinfo (a dead daemon's mount included).
 func Mounts(name string) ([]string, error) {
-	es, err := readMountinfo()
+	ms, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	return mountsOf(es, MountSource(name)), nil
+	return mountsOf(ms, MountSource(name)), nil
 }
 
 // WsfsMountPoints returns every wsfs mount point of the mount table (of
 // any workspace and host, dead ones included).
 func WsfsMountPoints() ([]string, error) {
-	es, err := readMountinfo()
+	ms, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, e := range es {
-		if e.wsfs() {
-			out = append(out, e.point)
+	for _, m := range ms {
+		if isWsfs(m) {
+			out = append(out, m.Point)
 		}
 	}
 	return out, nil
 }
 
-// mountEntry is one line of /proc/self/mountinfo.
-type mountEntry struct{ point, fstype, source string }
-
-// wsfs reports whether the mount is a wsfs mount (fstype fuse.wsfs, source
+// isWsfs reports whether m is a wsfs mount (fstype fuse.wsfs, source
 // wsfs:NAME).
-func (e mountEntry) wsfs() bool {
-	return strings.HasPrefix(e.fstype, "fuse") && strings.HasPrefix(e.source, MountSource(""))
+func isWsfs(m mountinfo.Mount) bool {
+	return strings.HasPrefix(m.FSType, "fuse") && strings.HasPrefix(m.Source, MountSource(""))
 }
 
-func readMountinfo() ([]mountEntry, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
-	}
-	defer f.Close()
-	return parseMountinfo(f)
-}
-
-// parseMountinfo parses mountinfo lines: field 5 is the mount point; after
-// the "-" separator come the fs type and the source. Lines are in mount
-// order, so of several mounts at one point the last is on top.
-func parseMountinfo(rd io.Reader) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, f := range fields {
-			if f == "-" && i+2 < len(fields) && len(fields) > 4 {
-				out = append(out, mountEntry{
-					point:  unescapeMountinfo(fields[4]),
-					fstype: fields[i+1],
-					source: unescapeMountinfo(fields[i+2]),
-				})
-				break
-			}
-		}
-	}
-	return out, sc.Err()
-}
-
-func mountsOf(es []mountEntry, source string) []string {
+func mountsOf(ms []mountinfo.Mount, source string) []string {
 	var out []string
-	for _, e := range es {
-		if strings.HasPrefix(e.fstype, "fuse") && e.source == source {
-			out = append(out, e.point)
+	for _, m := range ms {
+		if strings.HasPrefix(m.FSType, "fuse") && m.Source == source {
+			out = append(out, m.Point)
 		}
 	}
 	return out
@@ -592,30 +505,25 @@ type DeadMount struct {
 func DetachDead(mp string) ([]DeadMount, error) {
 	var out []DeadMount
 	for range 8 {
-		es, err := readMountinfo()
+		ms, err := mountinfo.Read()
 		if err != nil {
 			return out, err
 		}
-		var top *mountEntry
-		for i := range es {
-			if es[i].point == mp {
-				top = &es[i]
-			}
-		}
-		if top == nil || !top.wsfs() {
+		top, ok := mountinfo.At(ms, mp)
+		if !ok || !isWsfs(top) {
 			return out, nil
 		}
 		dead, err := Probe(mp, ProbeTimeout)
 		if err != nil {
-			return out, precondition("mount point %s holds a wsfs mount (%s) whose daemon does not answer (%v): stop that daemon, or detach the mount with umount -l %s", mp, top.source, err, mp)
+			return out, precondition("mount point %s holds a wsfs mount (%s) whose daemon does not answer (%v): stop that daemon, or detach the mount with umount -l %s", mp, top.Source, err, mp)
 		}
 		if !dead {
 			return out, nil
 		}
 		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
-			return out, fmt.Errorf("detach the dead mount %s (%s): %w", mp, top.source, err)
+			return out, fmt.Errorf("detach the dead mount %s (%s): %w", mp, top.Source, err)
 		}
-		out = append(out, DeadMount{Point: mp, Source: top.source})
+		out = append(out, DeadMount{Point: mp, Source: top.Source})
 	}
 	return out, nil
 }

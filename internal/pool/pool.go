@@ -49,7 +49,7 @@ const (
 	repairPrefix    = "repair-" // Republish and healing
 	gravePrefix     = "gc-"     // GC's graveyard: an object being removed
 	objectPerm      = 0o400     // objects are immutable; private to the user running wsfs
-	dirPerm         = 0o700
+	dirPerm         = vfs.PrivateDir
 	maxCacheEntries = 1 << 20 // per cache; a full cache is cleared (costs re-verifying / re-syncing)
 )
 

@@ -30,7 +30,7 @@ func newEnv(t testing.TB, fs vfs.FS, root string) *env {
 	t.Helper()
 	// The host directory is made durable first, as host setup does: the
 	// pool syncs only its own directory.
-	if err := mkdirDurable(fs, filepath.Join(root, "pool")); err != nil {
+	if err := vfs.MkdirAllDurable(fs, filepath.Join(root, "pool"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	p, err := pool.Open(fs, filepath.Join(root, "pool"), pool.Options{})

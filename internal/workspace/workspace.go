@@ -71,7 +71,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math/bits"
 	"os"
@@ -345,7 +344,7 @@ func Open(opts Options) (*Workspace, error) {
 	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock, shift: uint8(shift),
 		lg: opts.Logger.With("dir", opts.Dir)}
 	w.ckpt.done = make(chan ckptResult, 1)
-	if err := mkdirDurable(w.fs, opts.Dir); err != nil {
+	if err := vfs.MkdirAllDurable(w.fs, opts.Dir, vfs.PrivateDir); err != nil {
 		return nil, fmt.Errorf("workspace: create %s: %w", opts.Dir, err)
 	}
 	lk, err := Lock(w.fs, opts.Dir)
@@ -440,37 +439,6 @@ func Open(opts Options) (*Workspace, error) {
 		}
 	}
 	return w, nil
-}
-
-// mkdirDurable creates dir and its missing parents and syncs the parent of
-// each directory it created, so that the new chain survives a crash
-// (MkdirAll alone syncs nothing, and a workspace whose directory entry is
-// lost loses every synced group in it).
-func mkdirDurable(fsys vfs.FS, dir string) error {
-	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := fsys.Stat(d); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := fsys.MkdirAll(dir, 0o700); err != nil { // private: it holds file contents
-		return err
-	}
-	for _, d := range missing {
-		if err := vfs.SyncDir(fsys, filepath.Dir(d)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (w *Workspace) ckptDir() string { return filepath.Join(w.opts.Dir, "checkpoint") }
