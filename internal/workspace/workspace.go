@@ -281,11 +281,21 @@ func wsErr(op string, ino Ino, name string, err error) error {
 	if errors.As(err, &we) {
 		return err
 	}
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		err = &ioError{err}
+	return &Error{Op: op, Ino: ino, Name: name, Err: errno(err)}
+}
+
+// errno returns err if it carries a syscall.Errno, else err marked as EIO:
+// the one classification of engine errors (wsErr wraps its result in an
+// *Error; paths that return below an operation use it directly).
+func errno(err error) error {
+	if err == nil {
+		return nil
 	}
-	return &Error{Op: op, Ino: ino, Name: name, Err: err}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return err
+	}
+	return &ioError{err}
 }
 
 // ioError marks an I/O failure without an errno of its own as EIO.
@@ -332,8 +342,8 @@ func Open(opts Options) (*Workspace, error) {
 	if opts.CheckpointBytes <= 0 {
 		opts.CheckpointBytes = DefaultCheckpointBytes
 	}
-	if opts.Drain != commit.DrainEntry && opts.Drain != commit.DrainSyncFS {
-		return nil, fmt.Errorf("workspace: unknown drain mode %d (use commit.ParseDrain)", int(opts.Drain))
+	if err := opts.Drain.Valid(); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	if opts.Clock == nil {
 		opts.Clock = commit.SystemClock{}
