@@ -6,56 +6,41 @@
 // served concurrently, each in its own goroutine; a read of committed data
 // never waits for a commit.
 //
-// Mount options and why. Measured with BenchmarkSmallFiles (2,000 files of
-// 4 KiB) and BenchmarkLargeRead on a shared 2-vCPU VM, Linux 6.18; times
-// there are noisy, so the decisions rest on FUSE requests per file, which
-// are exact:
-//
-//	                        create  read back  stat+read after 1.2s idle  read after remount
-//	timeouts 1s             6       3          3 (LOOKUP again)           4
-//	timeouts 60s (default)  6       3          2                          4
-//	60s + writeback cache   7       3          4                          5
-//
-// (create: LOOKUP, CREATE, GETATTR, WRITE, FLUSH, RELEASE; read back:
-// OPEN, GETATTR, RELEASE, served from the page cache.)
+// Mount options and why (the measurements behind each, with request counts
+// per file, are in docs/benchmarks.md, "FUSE mount options"; TestRoundTrips
+// pins the counts):
 //
 //   - default_permissions: the kernel checks permissions from the
 //     attributes, so no ACCESS round trips and no checks in the adapter.
 //   - allow_other (as root): the agent may run as another user.
 //   - entry/attribute/negative timeouts of 60s: wsfs is the only writer of
 //     its tree and every change passes through this kernel, which updates
-//     or drops its cached entries itself. 1s timeouts cost a LOOKUP per
-//     path component for every access more than 1s after the last one
-//     (stat+read after idle: 40 vs 17 us per file in one run).
+//     or drops its cached entries itself; short timeouts cost a LOOKUP per
+//     path component for every access after a pause.
 //   - explicit data cache control plus FOPEN_KEEP_CACHE for unchanged files
 //     (io.go), FOPEN_NOFLUSH for read-only opens: a file read back after it
-//     was written costs OPEN and an asynchronous RELEASE, no READ, no FLUSH
-//     (TestRoundTrips pins this).
+//     was written costs OPEN and an asynchronous RELEASE, no READ, no FLUSH.
 //   - writeback cache off by default: it adds a SETATTR per written file
-//     (7 requests instead of 6) and a FLUSH per read-only close (the
-//     kernel ignores FOPEN_NOFLUSH with it), excludes passthrough, and
-//     leaves file mtimes at the time the daemon receives the data. It wins
-//     for files written in many small writes: 1 MiB in 4 KiB writes took
-//     3.9 ms and 5 requests with it against 15.3 ms and 261 requests
-//     without; in 64-byte writes 216 ms against 397 ms. The stress agent
-//     and most tools write a small file in one write(2), so the default
-//     favours them; Options.Writeback (wsfs mount --writeback) turns it on.
-//   - passthrough off by default although it reads a 64 MiB pooled file
-//     at 2.45 GB/s against 0.89 GB/s through the daemon: while a
-//     passthrough reader is open, the kernel forbids every other kind of
-//     open of the file, so a writer would get ETXTBSY (see inodeIO).
+//     and a FLUSH per read-only close (the kernel ignores FOPEN_NOFLUSH
+//     with it), excludes passthrough, and leaves file mtimes at the time
+//     the daemon receives the data. It wins for files written in many
+//     small writes; agents and most tools write a small file in one
+//     write(2), so the default favours them; Options.Writeback (wsfs mount
+//     --writeback) turns it on.
+//   - passthrough off by default although it reads pooled files several
+//     times faster: while a passthrough reader is open, the kernel forbids
+//     every other kind of open of the file, so a writer would get ETXTBSY
+//     (see inodeIO).
 //   - MaxWrite 1 MiB, MaxBackground 64, concurrent dispatch (never
 //     SingleThreaded).
 //   - no lock capabilities: flock and fcntl locks stay in the kernel
 //     (TestLocks).
 //   - Each write(2) also costs one GETXATTR "security.capability" round
 //     trip that the kernel sends and go-fuse answers (IgnoreSecurityLabels);
-//     only disabling xattrs altogether would remove it. Negotiating
-//     HANDLE_KILLPRIV_V2 (go-fuse passes it through ExtraCapabilities)
-//     does not: the kernel then skips the check only on inodes it has
-//     already checked once (S_NOSEC), and a file written once per open
-//     still sent one GETXATTR per file (20 for 20 files, measured), while
-//     the adapter would have to clear suid/sgid on write and truncate.
+//     only disabling xattrs altogether would remove it. HANDLE_KILLPRIV_V2
+//     does not (the kernel still sends one per file written once per open),
+//     and the adapter would then have to clear suid/sgid on write and
+//     truncate.
 package fusefs
 
 import (

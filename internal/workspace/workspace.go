@@ -137,20 +137,18 @@ const (
 	// DefaultInlineMax: contents up to this size are stored inline in the
 	// log record. A group of inline files costs one append and one
 	// fdatasync of the log, against one fdatasync per object plus its
-	// directory for pooled files. BenchmarkInlineVsPooled (2 vCPU VM, ext4
-	// on virtio, a barrier every 64 files) measured per file: 4 KiB 68 us
-	// inline vs 599 us pooled, 16 KiB 129 vs 548 us, 64 KiB 490 vs 1267 us.
-	// Inline still wins at 64 KiB; above it, contents would also make
+	// directory for pooled files; inline still wins at 64 KiB
+	// (docs/benchmarks.md, "Engine micro-benchmarks"). Above it, contents
+	// would also make
 	// checkpoints (which carry inline bytes) and memory grow, and dedup
 	// across workspaces only works for pooled contents. A full group of 512
 	// records is at most 32 MiB of log.
 	DefaultInlineMax = 64 << 10
 	// DefaultChunkSize: content larger than this is stored as a list of
 	// pool objects of this size (the last one shorter), so that a change
-	// to a large file rewrites only the chunks it touches. A 4 KiB write
-	// and close of a 64 MiB file cost 61 ms with whole-file objects (copy,
-	// rehash, republish) and 1.3-2.4 ms with 1 MiB chunks, the same as at
-	// 16 MiB (BenchmarkSmallChangeToLargeFile). Smaller chunks mean longer
+	// to a large file rewrites only the chunks it touches, at a cost that
+	// does not grow with the file (docs/benchmarks.md, "Chunked content").
+	// Smaller chunks mean longer
 	// chunk lists in records (32 bytes per chunk: 32 KiB for 1 GiB) and
 	// more objects per drain; larger ones, more bytes per small change.
 	DefaultChunkSize = 1 << 20
