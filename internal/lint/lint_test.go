@@ -44,6 +44,7 @@ var exempt = []struct{ dir, why string }{
 	{"lint", "this checker"},
 	{"stress", "the harness drives real mounts and native directories from outside"},
 	{"layout", "creates loop-backed ext4 file systems with OS tools"},
+	{"mountinfo", "reads the kernel's mount table in /proc, not stored data"},
 	{"supervisor", "starts daemon processes and manages their runtime files"},
 	{"agentstate", "SQLite and Litestream open their own files"},
 	{"fusefs", "the FUSE adapter's passthrough hands OS file descriptors to the kernel"},
