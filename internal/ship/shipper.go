@@ -91,7 +91,10 @@ type Shipper struct {
 
 	mu    sync.Mutex
 	stats Stats
+	lags  []float64 // seconds, last maxLags shipped groups
 }
+
+const maxLags = 4096
 
 // New returns a Shipper; nothing is read until the first Round.
 func New(opts Options) *Shipper {
@@ -325,12 +328,16 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	now := s.opts.Now()
 	i = 0
 	var lastSeen time.Time
+	s.mu.Lock()
 	for i < len(s.buf) && s.buf[i].n <= nh.Group {
 		lastSeen = s.buf[i].seenAt
+		s.lags = append(s.lags, now.Sub(lastSeen).Seconds())
 		i++
 	}
+	if len(s.lags) > maxLags {
+		s.lags = append(s.lags[:0], s.lags[len(s.lags)-maxLags:]...)
+	}
 	s.buf = s.buf[i:]
-	s.mu.Lock()
 	s.stats.Shipped = nh.Group
 	s.stats.LastShippedAt = now
 	if !lastSeen.IsZero() {
