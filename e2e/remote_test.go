@@ -1,0 +1,281 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"wsfs/internal/remote"
+	"wsfs/internal/remote/s3test"
+	"wsfs/internal/ship"
+	"wsfs/internal/vfs"
+)
+
+// setRemote adds the remote section to HOME/wsfs.json.
+func setRemote(t *testing.T, home string, cfg remote.Config) {
+	t.Helper()
+	path := filepath.Join(home, "wsfs.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["remote"] = cfg
+	if b, err = json.MarshalIndent(m, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startShipper runs `wsfs ship NAME` as a child process until killed
+// (SIGKILL in t.Cleanup at the latest).
+func startShipper(t *testing.T, home, name string) *exec.Cmd {
+	t.Helper()
+	var out lockedBuffer
+	cmd := exec.Command(wsfsBin, "ship", "--home", home, name)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(killTimeout):
+			t.Errorf("shipper (pid %d) not reaped", cmd.Process.Pid)
+		}
+		if out.contains("WARNING: DATA RACE") {
+			t.Errorf("shipper reported a data race:\n%s", out.from("WARNING: DATA RACE"))
+		}
+		if t.Failed() {
+			t.Logf("shipper output:\n%s", tail(out.String(), 4000))
+		}
+	})
+	return cmd
+}
+
+// wsfsOutput runs a wsfs command, fails t unless it exits 0 within
+// timeout, and returns its stdout.
+func wsfsOutput(t *testing.T, timeout time.Duration, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, wsfsBin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("wsfs %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
+func randBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i < n; i += 8 {
+		v := rng.Uint64()
+		for j := i; j < i+8 && j < n; j++ {
+			b[j] = byte(v >> (8 * (j - i)))
+		}
+	}
+	return b
+}
+
+func writeSynced(t *testing.T, path string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostLossRemote: host A (one HOME) runs a real `wsfs mount` daemon and
+// a real `wsfs ship` shipper under a workload of fsynced files (inline,
+// one-object and chunked sizes; overwrites and deletes), then `wsfs sync`;
+// everything of A is SIGKILLed and A's HOME deleted. Host B (another HOME)
+// runs `wsfs pull`, mounts the workspace, and every file fsynced before
+// the sync reads back byte-equal; nothing else is there.
+func TestHostLossRemote(t *testing.T) {
+	requireMount(t)
+	srv := s3test.Start(t) // sets the AWS environment the children inherit
+	cfg := srv.Config("hosts")
+	seed := uint64(time.Now().UnixNano())
+	if *flagSeed != 0 {
+		seed = uint64(*flagSeed)
+	}
+	t.Logf("seed %d (-e2e.seed replays it)", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+
+	homeA := filepath.Join(t.TempDir(), "home-a")
+	wsfsCommand(t, "init", "--home", homeA)
+	setRemote(t, homeA, cfg)
+	optsA := &mountOpts{home: homeA, name: "ws"}
+	mnt, stopA := mountWorkspace(t, optsA)
+	shipper := startShipper(t, homeA, "ws")
+
+	want := map[string][]byte{}
+	sizes := []int{10, 900, 4 << 10, 70 << 10, 300 << 10, 1<<20 + 12345, 3 << 20}
+	if err := os.Mkdir(filepath.Join(mnt, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 120; i++ {
+		name := fmt.Sprintf("d/f%03d", rng.IntN(60))
+		if _, ok := want[name]; ok && rng.IntN(5) == 0 {
+			if err := os.Remove(filepath.Join(mnt, name)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, name)
+			continue
+		}
+		size := sizes[rng.IntN(len(sizes)-1)]
+		if i%40 == 0 {
+			size = sizes[len(sizes)-1]
+		}
+		data := randBytes(rng, size)
+		writeSynced(t, filepath.Join(mnt, name), data)
+		want[name] = data
+	}
+	// Durable the way a directory operation is: fsync the directory.
+	if d, err := os.Open(filepath.Join(mnt, "d")); err == nil {
+		if err := d.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+	}
+	out := wsfsOutput(t, 2*time.Minute, "sync", "--home", homeA, "ws")
+	t.Logf("sync: %s", strings.TrimSpace(out))
+
+	// Lose host A.
+	shipper.Process.Kill()
+	stopA(true)
+	if err := os.RemoveAll(homeA); err != nil {
+		t.Fatal(err)
+	}
+
+	homeB := filepath.Join(t.TempDir(), "home-b")
+	wsfsCommand(t, "init", "--home", homeB)
+	setRemote(t, homeB, cfg)
+	start := time.Now()
+	out = wsfsOutput(t, 2*time.Minute, "pull", "--home", homeB, "ws")
+	t.Logf("pull (%.2fs): %s", time.Since(start).Seconds(), strings.TrimSpace(out))
+	mntB, _ := mountWorkspace(t, &mountOpts{home: homeB, name: "ws", created: true})
+	ents, err := os.ReadDir(filepath.Join(mntB, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, "d/"+e.Name())
+	}
+	var wantNames []string
+	for n := range want {
+		wantNames = append(wantNames, n)
+	}
+	slices.Sort(wantNames)
+	if !slices.Equal(names, wantNames) {
+		t.Fatalf("host B has %v, want %v", names, wantNames)
+	}
+	for name, data := range want {
+		got, err := os.ReadFile(filepath.Join(mntB, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("host B: %s differs (%d bytes, want %d)", name, len(got), len(data))
+		}
+	}
+}
+
+// TestRemoteLag measures, with a real daemon and shipper, how long after
+// an fsync returns the remote head names the group that made it durable
+// (the shipping lag as a caller sees it), during a moderate workload of
+// fsynced files. WSFS_REMOTE_BENCH=N runs N files instead of 200 and
+// prints the figures in Go benchmark format as well.
+func TestRemoteLag(t *testing.T) {
+	requireMount(t)
+	srv := s3test.Start(t)
+	cfg := srv.Config("lag")
+	n := 200
+	if v := os.Getenv("WSFS_REMOTE_BENCH"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	home := filepath.Join(t.TempDir(), "home")
+	wsfsCommand(t, "init", "--home", home)
+	setRemote(t, home, cfg)
+	mnt, _ := mountWorkspace(t, &mountOpts{home: home, name: "ws"})
+	startShipper(t, home, "ws")
+	st := srv.Store(t, "lag")
+	wsDir := filepath.Join(home, "state", "workspaces", "ws")
+	rng := rand.New(rand.NewPCG(3, 3))
+	sizes := []int{500, 2 << 10, 8 << 10, 100 << 10, 700 << 10}
+	var lags []time.Duration
+	var bytesWritten int64
+	start := time.Now()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		data := randBytes(rng, sizes[rng.IntN(len(sizes))])
+		writeSynced(t, filepath.Join(mnt, fmt.Sprintf("f%05d", i)), data)
+		bytesWritten += int64(len(data))
+		done := time.Now()
+		if i%5 != 0 {
+			continue // sample every fifth fsync, so the workload keeps running
+		}
+		target, err := ship.LocalLast(vfs.Default, wsDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			h, ok, err := ship.ReadHead(ctx, st, "ws")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok && h.Group >= target {
+				break
+			}
+			if time.Since(done) > time.Minute {
+				t.Fatalf("group %d not shipped within a minute", target)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		lags = append(lags, time.Since(done))
+	}
+	elapsed := time.Since(start)
+	slices.Sort(lags)
+	p := func(q float64) time.Duration { return lags[min(len(lags)-1, int(float64(len(lags))*q))] }
+	t.Logf("%d fsynced files, %.1f MB in %.2fs (%.1f MB/s including the sampled waits); shipping lag after fsync: p50 %v p99 %v max %v (%d samples)",
+		n, float64(bytesWritten)/1e6, elapsed.Seconds(), float64(bytesWritten)/1e6/elapsed.Seconds(), p(0.5), p(0.99), lags[len(lags)-1], len(lags))
+	if os.Getenv("WSFS_REMOTE_BENCH") != "" {
+		fmt.Printf("BenchmarkRemoteLag/p50 1 %d ns/op\nBenchmarkRemoteLag/p99 1 %d ns/op\n", p(0.5).Nanoseconds(), p(0.99).Nanoseconds())
+	}
+	if stat, err := ship.ReadStatus(wsDir); err == nil {
+		t.Logf("shipper status: shipped %d, uploaded %d objects (%d present), %d bytes, lag p50 %.3fs p99 %.3fs",
+			stat.Shipped, stat.ObjectsUploaded, stat.ObjectsPresent, stat.BytesUploaded, stat.LagP50, stat.LagP99)
+	}
+}
