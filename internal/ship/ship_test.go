@@ -16,6 +16,7 @@ import (
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
+	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -202,7 +203,26 @@ func TestShipAndPull(t *testing.T) {
 			e.commit()
 		}
 		if i < 3 {
-			continue // the first round finds segments deleted after checkpoints
+			continue
+		}
+		if i == 3 {
+			// The first round must find segments deleted after a
+			// checkpoint (the daemon checkpoints in the background).
+			for j := 0; ; j++ {
+				seqs, err := seglog.ListSegments(vfs.Default, filepath.Join(e.dir(), "log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if seqs[0] > 1 {
+					break
+				}
+				if j == 500 {
+					t.Fatal("no segment was deleted after 500 more steps")
+				}
+				e.step()
+				e.commit()
+				time.Sleep(time.Millisecond)
+			}
 		}
 		g, err := sh.Round(ctx)
 		if err != nil {

@@ -181,6 +181,11 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	if s.failed != nil {
 		return s.head.Group, s.failed
 	}
+	// The local log first: its progress (and so the lag) is known even
+	// while the remote cannot be reached.
+	if err := s.read(); err != nil {
+		return s.head.Group, err
+	}
 	if !s.loaded {
 		h, ok, err := ReadHead(ctx, s.opts.Store, s.opts.Name)
 		if err != nil {
@@ -193,9 +198,6 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		s.mu.Lock()
 		s.stats.Shipped = h.Group
 		s.mu.Unlock()
-	}
-	if err := s.read(); err != nil {
-		return s.head.Group, err
 	}
 	next := s.head.Group + 1
 	// Drop what is already shipped (a restart reads the log from its
