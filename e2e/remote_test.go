@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"wsfs/internal/agentstate"
 	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
 	"wsfs/internal/ship"
@@ -277,5 +279,169 @@ func TestRemoteLag(t *testing.T) {
 	if stat, err := ship.ReadStatus(wsDir); err == nil {
 		t.Logf("shipper status: shipped %d, uploaded %d objects (%d present), %d bytes, lag p50 %.3fs p99 %.3fs",
 			stat.Shipped, stat.ObjectsUploaded, stat.ObjectsPresent, stat.BytesUploaded, stat.LagP50, stat.LagP99)
+	}
+}
+
+// TestHostLossUp: host A runs `wsfs up` with two workspaces and the remote
+// tier configured (so a daemon, a sidecar and a shipper each); agents write
+// fsynced files and rows in their agent state databases; after `wsfs state
+// sync` and `wsfs sync` everything of A is SIGKILLed (the supervisor frozen
+// first, so nothing stops gracefully) and A's HOME deleted. Host B pulls
+// each workspace: every fsynced file is byte-equal and every row is there.
+func TestHostLossUp(t *testing.T) {
+	requireMount(t)
+	srv := s3test.Start(t)
+	cfg := srv.Config("up")
+	homeA := filepath.Join(t.TempDir(), "home-a")
+	wsfsCommand(t, "init", "--home", homeA)
+	setRemote(t, homeA, cfg)
+
+	var upLog lockedBuffer
+	up := exec.Command(wsfsBin, "up", "--home", homeA, "--workspaces", "2", "--min-backoff", "100ms", "--max-backoff", "2s")
+	up.Stderr = &upLog
+	stdout, err := up.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	upDone := make(chan struct{})
+	ready := make(chan struct{})
+	go func() {
+		b := make([]byte, 4096)
+		var seen strings.Builder
+		for {
+			n, err := stdout.Read(b)
+			seen.Write(b[:n])
+			if strings.Contains(seen.String(), "ready") {
+				select {
+				case <-ready:
+				default:
+					close(ready)
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() { up.Wait(); close(upDone) }()
+	names := []string{"ws-1", "ws-2"}
+	killAll := func() {
+		// Freeze the supervisor so it neither restarts nor stops its
+		// children gracefully, kill every child, then the supervisor.
+		up.Process.Signal(syscall.SIGSTOP)
+		if b, err := os.ReadFile(filepath.Join(homeA, "run", "up.json")); err == nil {
+			var st struct {
+				Children []struct{ PID int } `json:"children"`
+			}
+			if json.Unmarshal(b, &st) == nil {
+				for _, c := range st.Children {
+					if c.PID > 0 {
+						syscall.Kill(c.PID, syscall.SIGKILL)
+					}
+				}
+			}
+		}
+		up.Process.Kill()
+		select {
+		case <-upDone:
+		case <-time.After(killTimeout):
+			t.Errorf("wsfs up not reaped")
+		}
+		for _, n := range names {
+			if mp := filepath.Join(homeA, "mnt", n); isFUSEMount(mp) {
+				lazyUnmount(t, mp)
+			}
+		}
+	}
+	var once sync.Once
+	t.Cleanup(func() {
+		once.Do(killAll)
+		if t.Failed() {
+			t.Logf("wsfs up log:\n%s", tail(upLog.String(), 6000))
+		}
+	})
+	select {
+	case <-ready:
+	case <-upDone:
+		t.Fatalf("wsfs up exited before ready:\n%s", upLog.String())
+	case <-time.After(2 * readyTimeout):
+		t.Fatalf("wsfs up not ready within %v:\n%s", 2*readyTimeout, upLog.String())
+	}
+
+	rng := rand.New(rand.NewPCG(11, 11))
+	want := map[string]map[string][]byte{}
+	rows := map[string]int{}
+	for _, n := range names {
+		want[n] = map[string][]byte{}
+		mnt := filepath.Join(homeA, "mnt", n)
+		for i := range 30 {
+			data := randBytes(rng, []int{300, 5000, 90 << 10, 1<<20 + 7}[rng.IntN(4)])
+			name := fmt.Sprintf("f%02d", i)
+			writeSynced(t, filepath.Join(mnt, name), data)
+			want[n][name] = data
+		}
+		db, err := agentstate.OpenDB(filepath.Join(homeA, "state", "workspaces", n, "agent", "state.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, body TEXT)`); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 25 {
+			if _, err := db.Exec(`INSERT INTO notes (body) VALUES (?)`, fmt.Sprintf("%s note %d", n, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+		rows[n] = 25
+		wsfsOutput(t, 2*time.Minute, "state", "sync", "--home", homeA, n)
+		out := wsfsOutput(t, 2*time.Minute, "sync", "--home", homeA, n)
+		t.Logf("%s", strings.TrimSpace(out))
+	}
+	status := wsfsOutput(t, time.Minute, "status", "--home", homeA)
+	if !strings.Contains(status, "remote ws-1: shipped group") {
+		t.Errorf("wsfs status shows no remote line:\n%s", status)
+	}
+	t.Logf("status:\n%s", status)
+	once.Do(killAll)
+	if err := os.RemoveAll(homeA); err != nil {
+		t.Fatal(err)
+	}
+
+	homeB := filepath.Join(t.TempDir(), "home-b")
+	wsfsCommand(t, "init", "--home", homeB)
+	setRemote(t, homeB, cfg)
+	for _, n := range names {
+		out := wsfsOutput(t, 2*time.Minute, "pull", "--home", homeB, n)
+		t.Logf("%s", strings.TrimSpace(out))
+		if !strings.Contains(out, "restored the agent state") {
+			t.Errorf("%s: agent state not restored: %s", n, out)
+		}
+		mnt, _ := mountWorkspace(t, &mountOpts{home: homeB, name: n, created: true})
+		for name, data := range want[n] {
+			got, err := os.ReadFile(filepath.Join(mnt, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("host B: %s/%s differs (%d bytes, want %d)", n, name, len(got), len(data))
+			}
+		}
+		db, err := agentstate.OpenDB(filepath.Join(homeB, "state", "workspaces", n, "agent", "state.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var count int
+		if err := db.QueryRow(`SELECT count(*) FROM notes`).Scan(&count); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		if count != rows[n] {
+			t.Errorf("host B: %s has %d agent rows, want %d", n, count, rows[n])
+		}
 	}
 }
