@@ -20,6 +20,7 @@ import (
 	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
 	"wsfs/internal/ship"
+	"wsfs/internal/stress"
 	"wsfs/internal/vfs"
 )
 
@@ -442,6 +443,130 @@ func TestHostLossUp(t *testing.T) {
 		db.Close()
 		if count != rows[n] {
 			t.Errorf("host B: %s has %d agent rows, want %d", n, count, rows[n])
+		}
+	}
+}
+
+// TestRemoteProfile ships the stress harness's workload (its file set and
+// size mix: most files under 4 KiB, a few up to 8 MiB) written through a
+// real mount with a real shipper, and measures the shipping lag (sampled
+// continuously: at each sample the last group in the log on disk, then the
+// time until the remote head names it), the shipping throughput, and the
+// pull time on a second host. WSFS_REMOTE_PROFILE selects the profile
+// (default tiny; seed is the user's 8,000 files and 600 MB).
+func TestRemoteProfile(t *testing.T) {
+	requireMount(t)
+	name := os.Getenv("WSFS_REMOTE_PROFILE")
+	if name == "" {
+		name = "tiny"
+	}
+	prof, err := stress.ParseProfile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := s3test.Start(t)
+	cfg := srv.Config("profile")
+	home := filepath.Join(t.TempDir(), "home")
+	wsfsCommand(t, "init", "--home", home)
+	setRemote(t, home, cfg)
+	mnt, stop := mountWorkspace(t, &mountOpts{home: home, name: "ws"})
+	startShipper(t, home, "ws")
+	st := srv.Store(t, "profile")
+	wsDir := filepath.Join(home, "state", "workspaces", "ws")
+	set := stress.GenerateFiles(prof, 1, 0)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var lags []time.Duration
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			target, err := ship.LocalLast(vfs.Default, wsDir)
+			if err != nil || target == 0 {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			for ctx.Err() == nil {
+				h, ok, err := ship.ReadHead(context.Background(), st, "ws")
+				if err == nil && ok && h.Group >= target {
+					lags = append(lags, time.Since(t0))
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	for _, d := range set.Dirs {
+		if err := os.MkdirAll(filepath.Join(mnt, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	buf := randBytes(rng, stress.MaxFileSize)
+	var total int64
+	for i, f := range set.Files {
+		// Distinct content per file (no dedup): the file index up front.
+		data := buf[:f.Size]
+		copy(data, fmt.Sprintf("%08d", i))
+		if err := os.WriteFile(filepath.Join(mnt, f.Path), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		total += f.Size
+	}
+	written := time.Since(start)
+	out := wsfsOutput(t, 10*time.Minute, "sync", "--home", home, "ws")
+	shippedAll := time.Since(start)
+	cancel()
+	<-sampled
+	slices.Sort(lags)
+	q := func(p float64) time.Duration {
+		if len(lags) == 0 {
+			return 0
+		}
+		return lags[min(len(lags)-1, int(float64(len(lags))*p))]
+	}
+	stat, _ := ship.ReadStatus(wsDir)
+	t.Logf("profile %s: %d files, %.1f MB written in %.2fs (%.1f MB/s); all shipped %.2fs after the start (%s); uploaded %.1f MB, %d objects",
+		name, len(set.Files), float64(total)/1e6, written.Seconds(), float64(total)/1e6/written.Seconds(), shippedAll.Seconds(),
+		strings.TrimSpace(out), float64(stat.BytesUploaded)/1e6, stat.ObjectsUploaded)
+	t.Logf("shipping lag during the workload: p50 %v p99 %v max %v (%d samples); shipper's own view: p50 %.3fs p99 %.3fs",
+		q(0.5), q(0.99), q(1), len(lags), stat.LagP50, stat.LagP99)
+	fmt.Printf("BenchmarkRemoteProfile/%s/lag-p50 1 %d ns/op\nBenchmarkRemoteProfile/%s/lag-p99 1 %d ns/op\nBenchmarkRemoteProfile/%s/ship 1 %d ns/op %.2f MB/s\n",
+		name, q(0.5).Nanoseconds(), name, q(0.99).Nanoseconds(), name, shippedAll.Nanoseconds(), float64(total)/1e6/shippedAll.Seconds())
+	stop(false)
+
+	homeB := filepath.Join(t.TempDir(), "home-b")
+	wsfsCommand(t, "init", "--home", homeB)
+	setRemote(t, homeB, cfg)
+	pstart := time.Now()
+	out = wsfsOutput(t, 10*time.Minute, "pull", "--home", homeB, "--no-agent-state", "ws")
+	pulled := time.Since(pstart)
+	mntB, _ := mountWorkspace(t, &mountOpts{home: homeB, name: "ws", created: true})
+	first := set.Files[0]
+	got, err := os.ReadFile(filepath.Join(mntB, first.Path))
+	if err != nil || int64(len(got)) != first.Size {
+		t.Fatalf("first read on host B: %d bytes, %v", len(got), err)
+	}
+	firstRead := time.Since(pstart)
+	t.Logf("pull on host B: %.2fs (%s); mounted and first file read %.2fs after the pull started",
+		pulled.Seconds(), strings.TrimSpace(out), firstRead.Seconds())
+	fmt.Printf("BenchmarkRemoteProfile/%s/pull 1 %d ns/op\nBenchmarkRemoteProfile/%s/first-read 1 %d ns/op\n", name, pulled.Nanoseconds(), name, firstRead.Nanoseconds())
+	// Everything is there and equal.
+	for i, f := range set.Files {
+		if i%17 != 0 {
+			continue
+		}
+		got, err := os.ReadFile(filepath.Join(mntB, f.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := buf[:f.Size]
+		copy(want, fmt.Sprintf("%08d", i))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("host B: %s differs", f.Path)
 		}
 	}
 }
