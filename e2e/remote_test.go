@@ -508,9 +508,7 @@ func TestRemoteProfile(t *testing.T) {
 	buf := randBytes(rng, stress.MaxFileSize)
 	var total int64
 	for i, f := range set.Files {
-		// Distinct content per file (no dedup): the file index up front.
-		data := buf[:f.Size]
-		copy(data, fmt.Sprintf("%08d", i))
+		data := stamp(buf, i, f.Size)
 		if err := os.WriteFile(filepath.Join(mnt, f.Path), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -563,10 +561,20 @@ func TestRemoteProfile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := buf[:f.Size]
-		copy(want, fmt.Sprintf("%08d", i))
+		want := stamp(buf, i, f.Size)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("host B: %s differs", f.Path)
 		}
 	}
+}
+
+// stamp returns buf[:size] made distinct for file i: its index at the
+// start of every 64 KiB, so no chunk or object deduplicates with another
+// file's.
+func stamp(buf []byte, i int, size int64) []byte {
+	data := buf[:size]
+	for off := int64(0); off < size; off += 64 << 10 {
+		copy(data[off:], fmt.Sprintf("%08d", i))
+	}
+	return data
 }

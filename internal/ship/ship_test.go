@@ -236,6 +236,9 @@ func TestShipAndPull(t *testing.T) {
 		}
 	}
 	stats := sh.Stats()
+	if stats.Merges == 0 {
+		t.Errorf("no batch merge happened (stats %+v)", stats)
+	}
 	if stats.Checkpoints == 0 {
 		t.Errorf("no checkpoint was shipped (stats %+v): the test should reach deleted segments", stats)
 	}
@@ -270,7 +273,11 @@ func TestShipperFaults(t *testing.T) {
 			}
 			return nil
 		}
-		newShipper := func() *Shipper { return New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f}) }
+		newShipper := func() *Shipper {
+			// CompactBatches 3: checkpoints and batch merges happen
+			// under faults too.
+			return New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, CompactBatches: 3})
+		}
 		sh := newShipper()
 		for i := 0; i < 6; i++ {
 			e.step()

@@ -67,6 +67,7 @@ type Stats struct {
 	ObjectsPresent   int64     `json:"objects_present"`
 	BytesUploaded    int64     `json:"bytes_uploaded"`
 	Checkpoints      int64     `json:"checkpoints_shipped"`
+	Merges           int64     `json:"batch_merges"`
 	Rounds           int64     `json:"rounds"`
 	LastShippedAt    time.Time `json:"last_shipped_at,omitzero"`
 	LastError        string    `json:"last_error,omitempty"`
@@ -293,37 +294,16 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		nh.Group = s.head.Group
 	}
 	// 3. Batches.
-	for len(groups) > 0 {
-		n, size := 0, 0
-		for n < len(groups) && (n == 0 || size+groups[n].size <= s.opts.BatchBytes) {
-			size += groups[n].size
-			n++
-		}
-		b := groups[:n]
-		groups = groups[n:]
-		recs := make([][][]byte, len(b))
-		for i, g := range b {
-			recs[i] = g.records
-		}
-		first, last := b[0].n, b[len(b)-1].n
-		data := seglog.EncodeSegment(first, first, recs)
-		key := remote.WorkspaceKey(s.opts.Name, fmt.Sprintf("log/%020d-%020d.seg", first, last))
-		if err := s.opts.Store.Put(ctx, key, data); err != nil {
-			return s.head.Group, err
-		}
-		nh.Batches = append(nh.Batches, Batch{First: first, Last: last, Key: key, Size: int64(len(data))})
-		nh.Group = last
-		s.mu.Lock()
-		s.stats.BytesUploaded += int64(len(data))
-		s.mu.Unlock()
-	}
-	// 4. Head.
-	nh.ShippedAt = s.opts.Now().UTC()
-	hb, err := json.MarshalIndent(nh, "", " ")
+	bs, err := s.uploadBatches(ctx, groups)
 	if err != nil {
 		return s.head.Group, err
 	}
-	if err := s.opts.Store.Put(ctx, HeadKey(s.opts.Name), hb); err != nil {
+	for _, b := range bs {
+		nh.Batches = append(nh.Batches, b)
+		nh.Group = b.Last
+	}
+	// 4. Head.
+	if err := s.putHead(ctx, &nh); err != nil {
 		return s.head.Group, err
 	}
 	s.head = nh
@@ -345,10 +325,125 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	if !lastSeen.IsZero() {
 		s.stats.LastLagSeconds = now.Sub(lastSeen).Seconds()
 	}
-	s.stats.BytesUploaded += int64(len(hb))
 	s.mu.Unlock()
 	s.lg.Debug("shipped", "group", nh.Group, "checkpoint", ck != nil)
-	return nh.Group, nil
+	if len(s.head.Batches) >= s.opts.CompactBatches {
+		// No newer checkpoint to restart from (else it would have been
+		// shipped above): merge the head's batches instead, so the head
+		// and a restore stay bounded. A failure only leaves the longer
+		// (valid) head in place.
+		if err := s.mergeBatches(ctx); err != nil {
+			s.lg.Warn("ship: merging the head's log batches failed; will retry", "err", err)
+		}
+	}
+	return s.head.Group, nil
+}
+
+// uploadBatches uploads groups (contiguous, ascending) as segment-format
+// batches of at most BatchBytes each (a larger group makes one larger
+// batch) and returns them in order.
+func (s *Shipper) uploadBatches(ctx context.Context, groups []group) ([]Batch, error) {
+	var out []Batch
+	for len(groups) > 0 {
+		n, size := 0, 0
+		for n < len(groups) && (n == 0 || size+groups[n].size <= s.opts.BatchBytes) {
+			size += groups[n].size
+			n++
+		}
+		b := groups[:n]
+		groups = groups[n:]
+		recs := make([][][]byte, len(b))
+		for i, g := range b {
+			recs[i] = g.records
+		}
+		first, last := b[0].n, b[len(b)-1].n
+		data := seglog.EncodeSegment(first, first, recs)
+		key := remote.WorkspaceKey(s.opts.Name, fmt.Sprintf("log/%020d-%020d.seg", first, last))
+		if err := s.opts.Store.Put(ctx, key, data); err != nil {
+			return nil, err
+		}
+		out = append(out, Batch{First: first, Last: last, Key: key, Size: int64(len(data))})
+		s.mu.Lock()
+		s.stats.BytesUploaded += int64(len(data))
+		s.mu.Unlock()
+	}
+	return out, nil
+}
+
+// putHead writes nh as the head; nothing it names may be uploaded after.
+func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
+	nh.ShippedAt = s.opts.Now().UTC()
+	hb, err := json.MarshalIndent(nh, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := s.opts.Store.Put(ctx, HeadKey(s.opts.Name), hb); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.stats.BytesUploaded += int64(len(hb))
+	s.mu.Unlock()
+	return nil
+}
+
+// mergeBatches re-reads the shipped groups after the head's checkpoint
+// from the local log (already durable and shipped), uploads them as few
+// full batches and writes a head naming those instead. If the local log
+// no longer holds them, a newer local checkpoint exists and the next round
+// ships it instead.
+func (s *Shipper) mergeBatches(ctx context.Context) error {
+	from := uint64(0)
+	if s.head.Checkpoint != nil {
+		from = s.head.Checkpoint.Group
+	}
+	seqs, err := seglog.ListSegments(s.opts.FS, s.logDir)
+	if err != nil {
+		return err
+	}
+	var groups []group
+	for _, q := range seqs {
+		_, err := seglog.NewTail(s.opts.FS, s.logDir, q).Next(func(g uint64, recs [][]byte) error {
+			if g <= from || g > s.head.Group {
+				return nil
+			}
+			if len(groups) > 0 && g != groups[len(groups)-1].n+1 {
+				return fmt.Errorf("group %d follows %d", g, groups[len(groups)-1].n)
+			}
+			size := 25
+			for _, r := range recs {
+				size += len(r) + 9
+			}
+			groups = append(groups, group{n: g, records: recs, size: size})
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("merge batches: read %s: %w", seglog.SegmentName(q), err)
+		}
+	}
+	if len(groups) == 0 || groups[0].n != from+1 || groups[len(groups)-1].n != s.head.Group {
+		return nil // the local log moved on (a checkpoint); the next round handles it
+	}
+	total := 0
+	for _, g := range groups {
+		total += g.size
+	}
+	if total/s.opts.BatchBytes+1 > len(s.head.Batches)/2 {
+		return nil // merging would not halve the head
+	}
+	bs, err := s.uploadBatches(ctx, groups)
+	if err != nil {
+		return err
+	}
+	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint, Batches: bs}
+	if err := s.putHead(ctx, &nh); err != nil {
+		return err
+	}
+	s.lg.Debug("ship: merged log batches", "from", len(s.head.Batches), "to", len(bs))
+	s.head = nh
+	s.mu.Lock()
+	s.stats.Merges++
+	s.mu.Unlock()
+	return nil
 }
 
 // read appends the durable groups appended to the log since the last call
