@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -32,6 +33,7 @@ import (
 
 	"wsfs/internal/remote"
 	"wsfs/internal/testenv"
+	"wsfs/internal/vfs"
 )
 
 // Version is the versitygw version the tools module pins.
@@ -117,18 +119,23 @@ func binary() (string, error) {
 		cache = os.TempDir()
 	}
 	dir := filepath.Join(cache, "wsfs", "versitygw-"+Version)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "versitygw")
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
+	// Another test binary may be building it: wait for its lock.
+	var lock io.Closer
+	for deadline := time.Now().Add(BuildTimeout); ; {
+		lock, err = vfs.Default.Lock(filepath.Join(dir, "lock"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, vfs.ErrLocked) || time.Now().After(deadline) {
+			return "", fmt.Errorf("lock %s: %w", dir, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
@@ -141,7 +148,7 @@ func binary() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("build versitygw in %s (bounded by %v): %v\n%s", mod, BuildTimeout, err, out)
 	}
-	if err := os.Rename(tmp, bin); err != nil {
+	if err := vfs.Default.Rename(tmp, bin); err != nil {
 		return "", err
 	}
 	return bin, nil
@@ -173,13 +180,13 @@ func Start(t testing.TB) *Server {
 	Env(t)
 	dir := t.TempDir()
 	bucket := "wsfs-test"
-	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+	if err := vfs.Default.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	var s *Server
 	var lastErr error
 	for attempt := 0; attempt < 5 && s == nil; attempt++ {
-		s, lastErr = start(bin, filepath.Join(dir, "data"), filepath.Join(dir, "versitygw.log"))
+		s, lastErr = start(bin, filepath.Join(dir, "data"), filepath.Join(dir, fmt.Sprintf("versitygw-%d.log", attempt)))
 	}
 	if s == nil {
 		t.Fatalf("start versitygw: %v", lastErr)
@@ -232,27 +239,26 @@ func start(bin, data, logPath string) (*Server, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := vfs.Default.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
 	cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, "posix", data)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "AWS_CA_BUNDLE=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		logf.Close()
 		return nil, err
 	}
 	exited := make(chan error, 1)
 	done := make(chan struct{})
-	go func() { exited <- cmd.Wait(); close(done) }()
+	go func() { exited <- cmd.Wait(); logf.Close(); close(done) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("versitygw on %s exited: %v\n%s", addr, err, tail(string(log)))
+			return nil, fmt.Errorf("versitygw on %s exited: %v\n%s", addr, err, tail(readLog(logPath)))
 		default:
 		}
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
@@ -265,6 +271,16 @@ func start(bin, data, logPath string) (*Server, error) {
 	_ = cmd.Process.Kill()
 	<-done
 	return nil, fmt.Errorf("versitygw on %s did not accept connections within 20s", addr)
+}
+
+func readLog(path string) string {
+	f, err := vfs.Default.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	return string(b)
 }
 
 func tail(s string) string {
