@@ -45,9 +45,10 @@ func setRemote(t *testing.T, home string, cfg remote.Config) {
 	}
 }
 
-// startShipper runs `wsfs ship NAME` as a child process until killed
-// (SIGKILL in t.Cleanup at the latest).
-func startShipper(t *testing.T, home, name string) *exec.Cmd {
+// startShipper runs `wsfs ship NAME` as a child process until kill is
+// called (SIGKILL; it returns once the process is reaped), in t.Cleanup at
+// the latest.
+func startShipper(t *testing.T, home, name string) (kill func()) {
 	t.Helper()
 	var out lockedBuffer
 	cmd := exec.Command(wsfsBin, "ship", "--home", home, name)
@@ -58,13 +59,16 @@ func startShipper(t *testing.T, home, name string) *exec.Cmd {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	kill = func() {
 		cmd.Process.Kill()
 		select {
 		case <-done:
 		case <-time.After(killTimeout):
 			t.Errorf("shipper (pid %d) not reaped", cmd.Process.Pid)
 		}
+	}
+	t.Cleanup(func() {
+		kill()
 		if out.contains("WARNING: DATA RACE") {
 			t.Errorf("shipper reported a data race:\n%s", out.from("WARNING: DATA RACE"))
 		}
@@ -72,7 +76,7 @@ func startShipper(t *testing.T, home, name string) *exec.Cmd {
 			t.Logf("shipper output:\n%s", tail(out.String(), 4000))
 		}
 	})
-	return cmd
+	return kill
 }
 
 // wsfsOutput runs a wsfs command, fails t unless it exits 0 within
@@ -129,6 +133,7 @@ func TestHostLossRemote(t *testing.T) {
 	requireMount(t)
 	srv := s3test.Start(t) // sets the AWS environment the children inherit
 	cfg := srv.Config("hosts")
+	cfg.LeaseTTLSeconds = 2 // host B may take over 2 s after A's last renewal
 	seed := uint64(time.Now().UnixNano())
 	if *flagSeed != 0 {
 		seed = uint64(*flagSeed)
@@ -141,7 +146,7 @@ func TestHostLossRemote(t *testing.T) {
 	setRemote(t, homeA, cfg)
 	optsA := &mountOpts{home: homeA, name: "ws"}
 	mnt, stopA := mountWorkspace(t, optsA)
-	shipper := startShipper(t, homeA, "ws")
+	killShipper := startShipper(t, homeA, "ws")
 
 	want := map[string][]byte{}
 	sizes := []int{10, 900, 4 << 10, 70 << 10, 300 << 10, 1<<20 + 12345, 3 << 20}
@@ -176,7 +181,7 @@ func TestHostLossRemote(t *testing.T) {
 	t.Logf("sync: %s", strings.TrimSpace(out))
 
 	// Lose host A.
-	shipper.Process.Kill()
+	killShipper()
 	stopA(true)
 	if err := os.RemoveAll(homeA); err != nil {
 		t.Fatal(err)
@@ -185,8 +190,18 @@ func TestHostLossRemote(t *testing.T) {
 	homeB := filepath.Join(t.TempDir(), "home-b")
 	wsfsCommand(t, "init", "--home", homeB)
 	setRemote(t, homeB, cfg)
+	// A's lease has not expired yet: B is refused, naming A.
+	if out, err := exec.Command(wsfsBin, "pull", "--home", homeB, "ws").CombinedOutput(); err == nil || !strings.Contains(string(out), "served by host") {
+		t.Errorf("pull while A's lease is live: %v\n%s; want a refusal naming the holder", err, out)
+	} else {
+		t.Logf("refused while the lease is live: %s", strings.TrimSpace(string(out)))
+	}
+	time.Sleep(time.Duration(cfg.LeaseTTLSeconds)*time.Second + 500*time.Millisecond)
+	if out, err := exec.Command(wsfsBin, "pull", "--home", homeB, "ws").CombinedOutput(); err == nil || !strings.Contains(string(out), "--steal") {
+		t.Errorf("pull of an expired lease without --steal: %v\n%s; want a refusal pointing to --steal", err, out)
+	}
 	start := time.Now()
-	out = wsfsOutput(t, 2*time.Minute, "pull", "--home", homeB, "ws")
+	out = wsfsOutput(t, 2*time.Minute, "pull", "--home", homeB, "--steal", "ws")
 	t.Logf("pull (%.2fs): %s", time.Since(start).Seconds(), strings.TrimSpace(out))
 	mntB, _ := mountWorkspace(t, &mountOpts{home: homeB, name: "ws", created: true})
 	ents, err := os.ReadDir(filepath.Join(mntB, "d"))
@@ -293,6 +308,7 @@ func TestHostLossUp(t *testing.T) {
 	requireMount(t)
 	srv := s3test.Start(t)
 	cfg := srv.Config("up")
+	cfg.LeaseTTLSeconds = 2
 	homeA := filepath.Join(t.TempDir(), "home-a")
 	wsfsCommand(t, "init", "--home", homeA)
 	setRemote(t, homeA, cfg)
@@ -416,8 +432,9 @@ func TestHostLossUp(t *testing.T) {
 	homeB := filepath.Join(t.TempDir(), "home-b")
 	wsfsCommand(t, "init", "--home", homeB)
 	setRemote(t, homeB, cfg)
+	time.Sleep(time.Duration(cfg.LeaseTTLSeconds)*time.Second + 500*time.Millisecond)
 	for _, n := range names {
-		out := wsfsOutput(t, 2*time.Minute, "pull", "--home", homeB, n)
+		out := wsfsOutput(t, 2*time.Minute, "pull", "--home", homeB, "--steal", n)
 		t.Logf("%s", strings.TrimSpace(out))
 		if !strings.Contains(out, "restored the agent state") {
 			t.Errorf("%s: agent state not restored: %s", n, out)
@@ -470,7 +487,7 @@ func TestRemoteProfile(t *testing.T) {
 	wsfsCommand(t, "init", "--home", home)
 	setRemote(t, home, cfg)
 	mnt, stop := mountWorkspace(t, &mountOpts{home: home, name: "ws"})
-	startShipper(t, home, "ws")
+	killShipper := startShipper(t, home, "ws")
 	st := srv.Store(t, "profile")
 	wsDir := filepath.Join(home, "state", "workspaces", "ws")
 	set := stress.GenerateFiles(prof, 1, 0)
@@ -534,7 +551,10 @@ func TestRemoteProfile(t *testing.T) {
 		q(0.5), q(0.99), q(1), len(lags), stat.LagP50, stat.LagP99)
 	fmt.Printf("BenchmarkRemoteProfile/%s/lag-p50 1 %d ns/op\nBenchmarkRemoteProfile/%s/lag-p99 1 %d ns/op\nBenchmarkRemoteProfile/%s/ship 1 %d ns/op %.2f MB/s\n",
 		name, q(0.5).Nanoseconds(), name, q(0.99).Nanoseconds(), name, shippedAll.Nanoseconds(), float64(total)/1e6/shippedAll.Seconds())
+	// Migrate: stop the daemon and the shipper, push (release), pull on B.
 	stop(false)
+	killShipper()
+	t.Logf("%s", strings.TrimSpace(wsfsOutput(t, time.Minute, "push", "--home", home, "ws")))
 
 	homeB := filepath.Join(t.TempDir(), "home-b")
 	wsfsCommand(t, "init", "--home", homeB)

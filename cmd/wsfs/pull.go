@@ -10,6 +10,7 @@ import (
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
+	"wsfs/internal/remote"
 	"wsfs/internal/ship"
 	"wsfs/internal/vfs"
 )
@@ -28,20 +29,24 @@ of its host, or to move it here): reads the workspace's head, checkpoint and
 log from the bucket (each verified), fetches every pool object the tree
 references into the local pool (verified by hash: a corrupt remote object
 is an error naming it, exit 4, never wrong bytes), and registers the
-workspace, which then mounts as usual. The agent state database is restored
+workspace, which then mounts as usual. It first takes the workspace's
+lease in the bucket: a workspace another host serves is refused (exit 3)
+with the holder and the lease's age; --steal takes over a lease that has
+expired (its host is gone). The agent state database is restored
 from its Litestream replica in the same bucket when one exists.
 
 --from s3://BUCKET[/PREFIX]?endpoint=URL&path-style=true names the remote;
 default: the host config's remote. The workspace must not exist here.
 
 Not done yet: the tree first and contents on first read (today every object
-is fetched before the workspace is registered), --at, and the lease.`
+is fetched before the workspace is registered), and --at.`
 
 func runPull(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "pull", "NAME", pullAbout)
 	g.homeFlag(fs)
 	from := fs.String("from", "", "remote URL s3://BUCKET[/PREFIX]?endpoint=URL&region=R&path-style=true (default: the host config's remote)")
 	noAgent := fs.Bool("no-agent-state", false, "do not restore the agent state database")
+	steal := fs.Bool("steal", false, "take the workspace's lease over even though another host holds it (only once that lease has expired: its host is gone)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -66,6 +71,20 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 	}
 	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
 	if err != nil {
+		return err
+	}
+	// Take the lease first: from now on this host serves the workspace
+	// (its shipper renews the lease) and no other host's shipper can
+	// write the workspace's head.
+	id, err := remote.HostID(h)
+	if err != nil {
+		return err
+	}
+	if _, err := ship.AcquireLease(ctx, st, name, id, cfg.LeaseTTL(), *steal, time.Now()); err != nil {
+		var le *ship.LeaseError
+		if errors.As(err, &le) {
+			return preconditionError{err}
+		}
 		return err
 	}
 	start := time.Now()

@@ -2,26 +2,33 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"path/filepath"
 	"time"
+
+	"wsfs/internal/ship"
+	"wsfs/internal/vfs"
 )
 
 func init() {
 	register(command{
 		name:    "push",
-		summary: "ship a workspace to the remote tier and release it (sync, then release)",
+		summary: "ship a workspace to the remote tier and release it (sync, then release the lease)",
 		run:     runPush,
 	})
 }
 
 const pushAbout = `
-Moves workspace NAME off this host: waits until everything committed is on
-the remote tier (as 'wsfs sync'), then releases it. Stop the workspace's
-daemon first, so that nothing commits after the barrier; push refuses while
-a daemon serves it. Another host then runs 'wsfs pull NAME'.
-
-Not done yet: the lease in the bucket that makes "release" binding (today
-release only means this host stopped writing); see README, "Remote tier".`
+Moves workspace NAME off this host: ships everything committed to the remote
+tier (as 'wsfs sync'), then releases the workspace's lease in the bucket, so
+that another host can 'wsfs pull NAME' it without --steal. Stop the
+workspace's daemon and shipper first (stop 'wsfs up'), so that nothing
+commits after the barrier; push refuses while either runs. Afterwards this
+host's copy is marked pushed (STATE/workspaces/NAME/pushed) and is never
+shipped again; remove it with 'wsfs rm NAME' (pull it back to serve it here
+again).`
 
 func runPush(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "push", "NAME", pushAbout)
@@ -43,10 +50,46 @@ func runPush(ctx context.Context, g *globals, args []string) error {
 	} else if locked {
 		return preconditionError{fmt.Errorf("workspace %s is served by a daemon: stop it first (push releases the workspace; nothing may commit after it)", name)}
 	}
-	grp, err := syncWorkspace(ctx, g, name, *timeout)
+	lk, err := ship.Lock(vfs.Default, h.WorkspaceDir(name))
+	if errors.Is(err, vfs.ErrLocked) {
+		return preconditionError{fmt.Errorf("workspace %s has a running shipper: stop it (and wsfs up) first", name)}
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stdout, "%s: pushed through group %d; released\n", name, grp)
+	defer lk.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	cfg, st, err := openRemote(ctx, h, "")
+	if err != nil {
+		return err
+	}
+	opts, err := shipOptions(h, name, cfg, st, slog.New(slog.NewTextHandler(g.stderr, nil)))
+	if err != nil {
+		return err
+	}
+	target, err := ship.LocalLast(vfs.Default, opts.Dir)
+	if err != nil {
+		return err
+	}
+	grp, err := ship.New(opts).ShipThrough(ctx, target)
+	if err != nil {
+		var le *ship.LeaseError
+		if errors.As(err, &le) {
+			return preconditionError{err}
+		}
+		return err
+	}
+	marker := filepath.Join(opts.Dir, ship.PushedName)
+	if err := vfs.Publish(vfs.Default, marker, true, func(f vfs.File) error {
+		_, err := f.Write([]byte(time.Now().UTC().Format(time.RFC3339) + "\n"))
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := ship.ReleaseLease(ctx, st, name, opts.HostID, time.Now()); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "%s: pushed through group %d; lease released\n", name, grp)
 	return nil
 }

@@ -37,6 +37,12 @@ group. Shipping is asynchronous; its lag is in STATE/workspaces/NAME/
 ship.json and in 'wsfs status'. An unreachable remote is retried with
 backoff; the workspace keeps serving from local disk meanwhile.
 
+The shipper holds the workspace's lease in the bucket (renewed every 10s,
+valid 30s; the host is named by HOME/host-id) and ships only while it does:
+a workspace another host serves is refused with the holder and the lease's
+age. Its head is written with conditional PUTs, so a host that lost the
+workspace can never overwrite the new owner's head.
+
 Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or the
 config's credentials_file); they are never logged.`
 
@@ -52,7 +58,7 @@ func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, 
 		}
 		// Credentials file and profile are host settings.
 		if hc, err := remote.ReadConfig(h); err == nil {
-			cfg.CredentialsFile, cfg.Profile = hc.CredentialsFile, hc.Profile
+			cfg.CredentialsFile, cfg.Profile, cfg.LeaseTTLSeconds = hc.CredentialsFile, hc.Profile, hc.LeaseTTLSeconds
 		}
 	} else {
 		cfg, err = remote.ReadConfig(h)
@@ -75,12 +81,16 @@ func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, 
 	return cfg, st, nil
 }
 
-func shipOptions(h *host.Host, name string, st remote.Store, lg *slog.Logger) (ship.Options, error) {
+func shipOptions(h *host.Host, name string, cfg remote.Config, st remote.Store, lg *slog.Logger) (ship.Options, error) {
 	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
 	if err != nil {
 		return ship.Options{}, err
 	}
-	return ship.Options{Dir: h.WorkspaceDir(name), Name: name, Pool: p, Store: st, Logger: lg}, nil
+	id, err := remote.HostID(h)
+	if err != nil {
+		return ship.Options{}, err
+	}
+	return ship.Options{Dir: h.WorkspaceDir(name), Name: name, Pool: p, Store: st, Logger: lg, HostID: id, LeaseTTL: cfg.LeaseTTL()}, nil
 }
 
 func runShip(ctx context.Context, g *globals, args []string) error {
@@ -99,7 +109,7 @@ func runShip(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	lg := slog.New(slog.NewTextHandler(g.stderr, nil))
-	_, st, err := openRemote(ctx, h, "")
+	cfg, st, err := openRemote(ctx, h, "")
 	if err != nil {
 		return err
 	}
@@ -111,7 +121,7 @@ func runShip(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer lk.Close()
-	opts, err := shipOptions(h, name, st, lg)
+	opts, err := shipOptions(h, name, cfg, st, lg)
 	if err != nil {
 		return err
 	}

@@ -51,11 +51,11 @@ func syncWorkspace(ctx context.Context, g *globals, name string, timeout time.Du
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, st, err := openRemote(ctx, h, "")
+	cfg, st, err := openRemote(ctx, h, "")
 	if err != nil {
 		return 0, err
 	}
-	opts, err := shipOptions(h, name, st, slog.New(slog.NewTextHandler(g.stderr, nil)))
+	opts, err := shipOptions(h, name, cfg, st, slog.New(slog.NewTextHandler(g.stderr, nil)))
 	if err != nil {
 		return 0, err
 	}

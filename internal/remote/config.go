@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"wsfs/internal/host"
 	"wsfs/internal/vfs"
@@ -43,7 +44,14 @@ type Config struct {
 	// the keys from instead of the environment; Profile picks its section.
 	CredentialsFile string `json:"credentials_file,omitempty"`
 	Profile         string `json:"profile,omitempty"`
+	// LeaseTTLSeconds is how long a workspace's lease lasts without
+	// renewal (default 30): after a host is lost, another host can take
+	// its workspaces over (pull --steal) once this much time has passed.
+	LeaseTTLSeconds int `json:"lease_ttl_seconds,omitempty"`
 }
+
+// LeaseTTL is LeaseTTLSeconds as a duration (0: the default).
+func (c Config) LeaseTTL() time.Duration { return time.Duration(c.LeaseTTLSeconds) * time.Second }
 
 // Enabled reports whether a remote is configured.
 func (c Config) Enabled() bool { return c.Bucket != "" }

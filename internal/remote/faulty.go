@@ -75,4 +75,18 @@ func (f *Faulty) List(ctx context.Context, prefix string) ([]string, error) {
 	return f.Store.List(ctx, prefix)
 }
 
+func (f *Faulty) PutIf(ctx context.Context, key string, data []byte, ifMatch string) (string, error) {
+	if err := f.fault("put", key); err != nil {
+		return "", err
+	}
+	return f.Store.PutIf(ctx, key, data, ifMatch)
+}
+
+func (f *Faulty) GetETag(ctx context.Context, key string) ([]byte, string, error) {
+	if err := f.fault("get", key); err != nil {
+		return nil, "", err
+	}
+	return f.Store.GetETag(ctx, key)
+}
+
 func (f *Faulty) String() string { return f.Store.String() + " (fault-injecting)" }

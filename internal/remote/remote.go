@@ -27,6 +27,10 @@ import (
 // ErrNotFound is wrapped by Get when the key does not exist.
 var ErrNotFound = errors.New("remote: no such object")
 
+// ErrPrecondition is wrapped by PutIf when its condition does not hold
+// (another writer changed or created the object).
+var ErrPrecondition = errors.New("remote: precondition failed (the object was changed by another writer)")
+
 // Store is an object store: whole-object put and get, existence, delete,
 // list by prefix. Keys are relative to the store's prefix. A Put is atomic
 // (a reader sees the old object, none, or the whole new one) and
@@ -39,6 +43,12 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 	// List returns every key under prefix, in lexical order.
 	List(ctx context.Context, prefix string) ([]string, error)
+	// PutIf is a conditional Put: only if the object is version ifMatch
+	// (an ETag), or, with ifMatch "", only if it does not exist. A failed
+	// condition wraps ErrPrecondition. It returns the new ETag.
+	PutIf(ctx context.Context, key string, data []byte, ifMatch string) (string, error)
+	// GetETag is Get that also returns the object's ETag.
+	GetETag(ctx context.Context, key string) ([]byte, string, error)
 	// String names the store in messages: endpoint, bucket and prefix,
 	// never credentials.
 	String() string

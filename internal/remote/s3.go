@@ -102,6 +102,49 @@ func (s *S3) Put(ctx context.Context, key string, data []byte) error {
 	return nil
 }
 
+// PutIf uploads data under key only if the object is the version etag
+// (ifMatch != "") or, with ifMatch == "", only if it does not exist (a
+// conditional write, as S3 has supported since 2024). It returns the new
+// ETag.
+func (s *S3) PutIf(ctx context.Context, key string, data []byte, ifMatch string) (string, error) {
+	in := &s3.PutObjectInput{
+		Bucket: aws.String(s.cfg.Bucket), Key: aws.String(s.key(key)),
+		Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))),
+	}
+	if ifMatch != "" {
+		in.IfMatch = aws.String(ifMatch)
+	} else {
+		in.IfNoneMatch = aws.String("*")
+	}
+	out, err := s.client.PutObject(ctx, in)
+	if err != nil {
+		var re interface{ HTTPStatusCode() int }
+		if errors.As(err, &re) && (re.HTTPStatusCode() == http.StatusPreconditionFailed || re.HTTPStatusCode() == http.StatusConflict) {
+			return "", s.wrap("put", key, fmt.Errorf("%w: %v", ErrPrecondition, err))
+		}
+		return "", s.wrap("put", key, err)
+	}
+	return aws.ToString(out.ETag), nil
+}
+
+// GetETag downloads key and returns its ETag too.
+func (s *S3) GetETag(ctx context.Context, key string) ([]byte, string, error) {
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(s.key(key))})
+	if err != nil {
+		var nk *types.NoSuchKey
+		if errors.As(err, &nk) || isNotFound(err) {
+			return nil, "", s.wrap("get", key, fmt.Errorf("%w: %v", ErrNotFound, err))
+		}
+		return nil, "", s.wrap("get", key, err)
+	}
+	defer out.Body.Close()
+	data, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, "", s.wrap("get", key, err)
+	}
+	return data, aws.ToString(out.ETag), nil
+}
+
 // Get downloads key; a missing key wraps ErrNotFound.
 func (s *S3) Get(ctx context.Context, key string) ([]byte, error) {
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(s.key(key))})

@@ -187,6 +187,32 @@ func LocalLast(fsys vfs.FS, dir string) (uint64, error) {
 	return 0, fmt.Errorf("ship: %s changes too fast to find its last group", logDir)
 }
 
+// ShipThrough runs rounds (retrying failures with backoff) until the
+// remote head names group target or later, or ctx ends. The caller holds
+// Lock.
+func (s *Shipper) ShipThrough(ctx context.Context, target uint64) (uint64, error) {
+	wait := 50 * time.Millisecond
+	for {
+		g, err := s.Round(ctx)
+		if err == nil && g >= target {
+			return g, nil
+		}
+		if s.failed != nil {
+			return g, s.failed
+		}
+		var le *LeaseError
+		if errors.As(err, &le) {
+			return g, err
+		}
+		select {
+		case <-ctx.Done():
+			return g, fmt.Errorf("ship %s: remote has group %d, want %d: %v (last error: %v)", s.opts.Name, g, target, ctx.Err(), err)
+		case <-time.After(wait):
+			wait = min(wait*2, 5*time.Second)
+		}
+	}
+}
+
 // Barrier waits until every group committed before it was called is
 // shipped, and returns the shipped group. If no shipper runs for the
 // workspace (its lock is free), Barrier takes the lock and ships itself;
@@ -203,23 +229,7 @@ func Barrier(ctx context.Context, opts Options) (uint64, error) {
 	lk, err := Lock(opts.FS, opts.Dir)
 	if err == nil {
 		defer lk.Close()
-		sh := New(opts)
-		wait := 50 * time.Millisecond
-		for {
-			g, err := sh.Round(ctx)
-			if err == nil && g >= target {
-				return g, nil
-			}
-			if sh.failed != nil {
-				return g, sh.failed
-			}
-			select {
-			case <-ctx.Done():
-				return g, fmt.Errorf("ship %s: remote has group %d, want %d: %v (last error: %v)", opts.Name, g, target, ctx.Err(), err)
-			case <-time.After(wait):
-				wait = min(wait*2, 5*time.Second)
-			}
-		}
+		return New(opts).ShipThrough(ctx, target)
 	}
 	if !errors.Is(err, vfs.ErrLocked) {
 		return 0, err

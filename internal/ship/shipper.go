@@ -39,6 +39,11 @@ type Options struct {
 	Logger         *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// HostID, if set, makes the shipper hold the workspace's lease in the
+	// bucket (AcquireLease, renewed every LeaseTTL/3) and ship only while
+	// it does. Empty: no lease (tests of the shipping order alone).
+	HostID   string
+	LeaseTTL time.Duration
 }
 
 // group is one committed group read from the local log.
@@ -88,7 +93,13 @@ type Shipper struct {
 	known  map[pool.ID]struct{} // objects known to be in the bucket
 	tails  map[uint64]*seglog.Tail
 	buf    []group // durable groups read but not yet shipped, in order
-	failed error   // sticky: a local sync failed
+	failed error   // sticky: a local sync failed, or another writer changed the head
+	local  uint64  // last group in the local log (Tail.Last of the newest segment read)
+
+	headETag  string    // of the head as last read or written ("" if absent)
+	lastPut   time.Time // ShippedAt of the last head this shipper tried to write
+	leaseETag string
+	leaseAt   time.Time
 
 	mu    sync.Mutex
 	stats Stats
@@ -139,21 +150,26 @@ func (s *Shipper) Shipped() uint64 { return s.Stats().Shipped }
 // ReadHead returns workspace name's head in st, or found=false if there is
 // none.
 func ReadHead(ctx context.Context, st remote.Store, name string) (Head, bool, error) {
-	b, err := st.Get(ctx, HeadKey(name))
+	h, _, ok, err := readHead(ctx, st, name)
+	return h, ok, err
+}
+
+func readHead(ctx context.Context, st remote.Store, name string) (Head, string, bool, error) {
+	b, etag, err := st.GetETag(ctx, HeadKey(name))
 	if errors.Is(err, remote.ErrNotFound) {
-		return Head{}, false, nil
+		return Head{}, "", false, nil
 	}
 	if err != nil {
-		return Head{}, false, err
+		return Head{}, "", false, err
 	}
 	h, err := decodeHead(b)
 	if err != nil {
-		return Head{}, false, fmt.Errorf("remote head %s in %s is not valid: %w", HeadKey(name), st, err)
+		return Head{}, "", false, fmt.Errorf("remote head %s in %s is not valid: %w", HeadKey(name), st, err)
 	}
 	if h.Version != HeadVersion {
-		return Head{}, false, fmt.Errorf("remote head %s in %s has format version %d, this wsfs reads version %d", HeadKey(name), st, h.Version, HeadVersion)
+		return Head{}, "", false, fmt.Errorf("remote head %s in %s has format version %d, this wsfs reads version %d", HeadKey(name), st, h.Version, HeadVersion)
 	}
-	return h, true, nil
+	return h, etag, true, nil
 }
 
 // Round ships every group that is durable in the local log now, and
@@ -187,18 +203,39 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	if err := s.read(); err != nil {
 		return s.head.Group, err
 	}
+	if s.opts.HostID != "" {
+		if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Dir, PushedName)); err == nil {
+			return s.head.Group, fmt.Errorf("ship %s: the workspace was pushed from this host (%s exists): it is no longer shipped from here; remove it (wsfs rm) and pull it to serve it here again", s.opts.Name, PushedName)
+		}
+		now := s.opts.Now()
+		ttl := s.opts.LeaseTTL
+		if ttl <= 0 {
+			ttl = DefaultLeaseTTL
+		}
+		if s.leaseETag == "" || now.Sub(s.leaseAt) >= ttl/3 {
+			etag, err := AcquireLease(ctx, s.opts.Store, s.opts.Name, s.opts.HostID, ttl, false, now)
+			if err != nil {
+				s.leaseETag = ""
+				return s.head.Group, err
+			}
+			s.leaseETag, s.leaseAt = etag, now
+		}
+	}
 	if !s.loaded {
-		h, ok, err := ReadHead(ctx, s.opts.Store, s.opts.Name)
+		h, etag, ok, err := readHead(ctx, s.opts.Store, s.opts.Name)
 		if err != nil {
 			return 0, err
 		}
 		if !ok {
 			h = Head{Version: HeadVersion, Workspace: s.opts.Name}
 		}
-		s.head, s.loaded = h, true
+		s.head, s.headETag, s.loaded = h, etag, true
 		s.mu.Lock()
 		s.stats.Shipped = h.Group
 		s.mu.Unlock()
+	}
+	if s.head.Group > s.local {
+		return s.head.Group, fmt.Errorf("ship %s: the remote has group %d but the local log ends at group %d: this host's copy is older than the remote's (another host wrote the workspace); remove it (wsfs rm) and pull it again", s.opts.Name, s.head.Group, s.local)
 	}
 	next := s.head.Group + 1
 	// Drop what is already shipped (a restart reads the log from its
@@ -371,15 +408,40 @@ func (s *Shipper) uploadBatches(ctx context.Context, groups []group) ([]Batch, e
 }
 
 // putHead writes nh as the head; nothing it names may be uploaded after.
+// The PUT is conditional on the head this shipper last read or wrote, so
+// a head written by anyone else (another host that took the workspace
+// over) is never overwritten: that fails the shipper for good.
 func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
 	nh.ShippedAt = s.opts.Now().UTC()
 	hb, err := json.MarshalIndent(nh, "", " ")
 	if err != nil {
 		return err
 	}
-	if err := s.opts.Store.Put(ctx, HeadKey(s.opts.Name), hb); err != nil {
+	prev := s.lastPut
+	s.lastPut = nh.ShippedAt // before the PUT: its answer may be lost
+	etag, err := s.opts.Store.PutIf(ctx, HeadKey(s.opts.Name), hb, s.headETag)
+	if errors.Is(err, remote.ErrPrecondition) {
+		// An earlier PUT of ours may have succeeded with its answer lost:
+		// then the head is the one we tried to write last time.
+		cur, cetag, ok, rerr := readHead(ctx, s.opts.Store, s.opts.Name)
+		if rerr != nil {
+			return rerr
+		}
+		switch {
+		case ok && cur.ShippedAt.Equal(nh.ShippedAt):
+			etag, err = cetag, nil
+		case ok && !prev.IsZero() && cur.ShippedAt.Equal(prev):
+			s.headETag = cetag
+			return s.putHead(ctx, nh)
+		default:
+			s.failed = fmt.Errorf("ship %s: another writer changed the remote head %s (now at group %d): this host no longer owns the workspace; stop its daemon, and pull it again to serve it here: %w", s.opts.Name, HeadKey(s.opts.Name), cur.Group, err)
+			return s.failed
+		}
+	}
+	if err != nil {
 		return err
 	}
+	s.headETag = etag
 	s.mu.Lock()
 	s.stats.BytesUploaded += int64(len(hb))
 	s.mu.Unlock()
@@ -492,6 +554,9 @@ func (s *Shipper) read() error {
 		}
 		if n > 0 {
 			readFrom = append(readFrom, t)
+		}
+		if t.First() != 0 && t.Last() > s.local {
+			s.local = t.Last()
 		}
 	}
 	if len(fresh) == 0 {

@@ -44,3 +44,29 @@ func TestServer(t *testing.T) {
 		t.Fatal("deleted key exists")
 	}
 }
+
+// TestConditionalPut: the server honours If-None-Match and If-Match on
+// PUT (what the lease relies on).
+func TestConditionalPut(t *testing.T) {
+	s := Start(t)
+	st := s.Store(t, "")
+	ctx := context.Background()
+	e1, err := st.PutIf(ctx, "lease", []byte("one"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutIf(ctx, "lease", []byte("two"), ""); !errors.Is(err, remote.ErrPrecondition) {
+		t.Fatalf("create over an existing object: %v, want ErrPrecondition", err)
+	}
+	e2, err := st.PutIf(ctx, "lease", []byte("three"), e1)
+	if err != nil {
+		t.Fatalf("replace the version read: %v", err)
+	}
+	if _, err := st.PutIf(ctx, "lease", []byte("four"), e1); !errors.Is(err, remote.ErrPrecondition) {
+		t.Fatalf("replace a stale version: %v, want ErrPrecondition", err)
+	}
+	b, e3, err := st.GetETag(ctx, "lease")
+	if err != nil || string(b) != "three" || e3 != e2 {
+		t.Fatalf("get: %q %q %v (want three, %q)", b, e3, err, e2)
+	}
+}
