@@ -598,3 +598,68 @@ func stamp(buf []byte, i int, size int64) []byte {
 	}
 	return data
 }
+
+// TestMigrateRoundTrip: push from A, pull on B, write on B, push back,
+// pull on A again: every file of every step is there; while B holds the
+// workspace, A can neither pull it nor ship its old copy.
+func TestMigrateRoundTrip(t *testing.T) {
+	requireMount(t)
+	srv := s3test.Start(t)
+	cfg := srv.Config("migrate")
+	homes := map[string]string{}
+	for _, h := range []string{"a", "b"} {
+		homes[h] = filepath.Join(t.TempDir(), "home-"+h)
+		wsfsCommand(t, "init", "--home", homes[h])
+		setRemote(t, homes[h], cfg)
+	}
+	rng := rand.New(rand.NewPCG(21, 21))
+	want := map[string][]byte{}
+	write := func(mnt, prefix string) {
+		for i := range 10 {
+			data := randBytes(rng, []int{200, 70 << 10, 1<<20 + 3}[rng.IntN(3)])
+			name := fmt.Sprintf("%s%02d", prefix, i)
+			writeSynced(t, filepath.Join(mnt, name), data)
+			want[name] = data
+		}
+	}
+	check := func(mnt, where string) {
+		for name, data := range want {
+			got, err := os.ReadFile(filepath.Join(mnt, name))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%s: %s: %d bytes, %v (want %d bytes)", where, name, len(got), err, len(data))
+			}
+		}
+	}
+	// serve mounts the workspace on host h with a shipper, runs fn, stops
+	// both and pushes.
+	serve := func(h string, created bool, fn func(mnt string)) {
+		mnt, stop := mountWorkspace(t, &mountOpts{home: homes[h], name: "ws", created: created})
+		kill := startShipper(t, homes[h], "ws")
+		fn(mnt)
+		stop(false)
+		kill()
+		t.Logf("%s: %s", h, strings.TrimSpace(wsfsOutput(t, time.Minute, "push", "--home", homes[h], "ws")))
+	}
+	serve("a", false, func(mnt string) { write(mnt, "a") })
+	// A's pushed copy is never shipped again.
+	if out, err := exec.Command(wsfsBin, "sync", "--home", homes["a"], "--timeout", "5s", "ws").CombinedOutput(); err == nil || !strings.Contains(string(out), "pushed") {
+		t.Errorf("sync of A's pushed copy: %v\n%s; want a refusal", err, out)
+	}
+	wsfsOutput(t, time.Minute, "rm", "--home", homes["a"], "ws")
+	wsfsOutput(t, time.Minute, "pull", "--home", homes["b"], "ws")
+	mntB, stopB := mountWorkspace(t, &mountOpts{home: homes["b"], name: "ws", created: true})
+	killB := startShipper(t, homes["b"], "ws")
+	check(mntB, "B after the pull")
+	write(mntB, "b")
+	wsfsOutput(t, time.Minute, "sync", "--home", homes["b"], "ws")
+	// While B serves it, A cannot pull it.
+	if out, err := exec.Command(wsfsBin, "pull", "--home", homes["a"], "ws").CombinedOutput(); err == nil || !strings.Contains(string(out), "served by host") {
+		t.Errorf("pull on A while B serves: %v\n%s; want a refusal naming B", err, out)
+	}
+	stopB(false)
+	killB()
+	t.Logf("b: %s", strings.TrimSpace(wsfsOutput(t, time.Minute, "push", "--home", homes["b"], "ws")))
+	wsfsOutput(t, time.Minute, "pull", "--home", homes["a"], "ws")
+	mntA, _ := mountWorkspace(t, &mountOpts{home: homes["a"], name: "ws", created: true})
+	check(mntA, "A after the round trip")
+}
