@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 
@@ -17,13 +15,13 @@ func init() {
 		name:    "agent",
 		summary: "(internal) stub agent and noisy neighbour processes of wsfs stress",
 		run:     runAgent,
+		subcommands: []command{
+			{name: "neighbour", summary: "noisy neighbour: rewrite --bytes of buffered data in --dir until terminated", run: runNeighbour},
+		},
 	})
 }
 
 func runAgent(ctx context.Context, g *globals, args []string) error {
-	if len(args) > 0 && args[0] == "neighbour" {
-		return runNeighbour(ctx, g, args[1:])
-	}
 	fs := newFlagSet(g, "agent", "", `
 Stub agent of wsfs stress: runs the deterministic workload (write, read back
 and verify, overwrite, rename, delete, walk) in --root, records its progress
@@ -39,11 +37,8 @@ until terminated.`)
 	ws := fs.Int("workspace", 0, "workspace index (part of the seed)")
 	every := fs.Int("fsync-every", stress.DefaultFsyncEvery, "fsync every Nth written file (1 = every file)")
 	result := fs.String("result", "", "where to write the result JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	p, err := stress.ParseProfile(*profile)
 	if err != nil {
@@ -67,11 +62,8 @@ func runNeighbour(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "agent neighbour", "", "Noisy neighbour: buffered writes in --dir, rewriting --bytes in a loop until terminated.")
 	dir := fs.String("dir", "", "directory to write in")
 	n := fs.Int64("bytes", 2<<30, "bytes to keep rewriting")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *dir == "" {
 		return usageError{"--dir is required"}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -30,11 +28,8 @@ Mounts SRC at MNT with go-fuse's loopback file system (multi-threaded,
 --ready-file once the mount serves, and unmounts cleanly on SIGTERM or
 interrupt.`)
 	ready := flags.String("ready-file", "", "file to create once the mount is serving")
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(flags, args); err != nil {
+		return err
 	}
 	if flags.NArg() != 2 {
 		return usageError{fmt.Sprintf("want SRC and MNT, got %d arguments", flags.NArg())}

@@ -87,6 +87,12 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		}
 		return err
 	}
+	// As `wsfs create` does: the host's identity markers first, and the
+	// workspace registered in the pool right after its directory exists,
+	// so that GC knows it references its objects.
+	if err := h.EnsureIdentity(); err != nil {
+		return err
+	}
 	start := time.Now()
 	res, err := ship.Pull(ctx, ship.PullOptions{Store: st, Name: name, Dir: h.WorkspaceDir(name), Pool: p})
 	if err != nil {
@@ -98,6 +104,9 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 			return preconditionError{err}
 		}
 		return err
+	}
+	if err := h.RegisterWorkspace(name); err != nil {
+		return fmt.Errorf("pull %s: register the workspace in the pool: %w", name, err)
 	}
 	fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d objects (%d fetched), %d bytes in %.2fs\n",
 		name, res.Group, st, res.Inodes, res.Objects, res.Fetched, res.BytesGot, time.Since(start).Seconds())
