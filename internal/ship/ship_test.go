@@ -319,3 +319,45 @@ func TestShipperFaults(t *testing.T) {
 		run(fmt.Sprintf("fault-%d", n), n, n%2 == 1)
 	}
 }
+
+// TestHeadBounded: a trickle of small commits, one round each, keeps the
+// head's batch list bounded (trailing small batches are merged), and the
+// remote still restores exactly.
+func TestHeadBounded(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "bounded")
+	root := t.TempDir()
+	p, err := pool.Open(vfs.Default, filepath.Join(root, "pool"), pool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, root: root, pool: p, dumps: map[uint64][]namespace.DumpEntry{}, files: map[uint64]map[string][]byte{},
+		live: map[string][]byte{}, ino: map[string]workspace.Ino{}, rng: rand.New(rand.NewPCG(12, 7))}
+	ws, err := workspace.Open(workspace.Options{Dir: e.dir(), Pool: p, GroupWindow: time.Hour, GroupRecords: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ws = ws
+	defer ws.Close()
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: p, Store: st, CompactBatches: 16})
+	ctx := context.Background()
+	most := 0
+	for i := 0; i < 120; i++ {
+		if _, err := ws.Create(workspace.RootIno, fmt.Sprintf("n%03d", i), namespace.S_IFREG|0o644, workspace.Caller{}); err != nil {
+			t.Fatal(err)
+		}
+		e.commit()
+		if _, err := sh.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h, _, _ := ReadHead(ctx, st, "ws")
+		most = max(most, len(h.Batches))
+	}
+	if most > 16 {
+		t.Errorf("the head listed up to %d batches, want at most 16", most)
+	}
+	if sh.Stats().Merges == 0 {
+		t.Error("no merge")
+	}
+	e.verifyPull(st, ws.Stats().CommittedGroup)
+}

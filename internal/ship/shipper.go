@@ -448,14 +448,25 @@ func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
 	return nil
 }
 
-// mergeBatches re-reads the shipped groups after the head's checkpoint
-// from the local log (already durable and shipped), uploads them as few
-// full batches and writes a head naming those instead. If the local log
-// no longer holds them, a newer local checkpoint exists and the next round
+// mergeBatches merges the head's trailing run of small batches (those
+// under half of BatchBytes: one per round of a trickle of commits) into
+// full ones: it re-reads their groups from the local log (durable and
+// shipped already), uploads them, and writes a head naming the merged
+// batches instead. Earlier, full batches are kept as they are, so a merge
+// uploads only the recent small batches again. If the local log no longer
+// holds those groups, a newer local checkpoint exists and the next round
 // ships it instead.
 func (s *Shipper) mergeBatches(ctx context.Context) error {
-	from := uint64(0)
-	if s.head.Checkpoint != nil {
+	i := len(s.head.Batches)
+	for i > 0 && s.head.Batches[i-1].Size < int64(s.opts.BatchBytes/2) {
+		i--
+	}
+	if len(s.head.Batches)-i < max(2, s.opts.CompactBatches/2) {
+		return nil // not enough small batches to be worth it
+	}
+	keep := s.head.Batches[:i]
+	from := s.head.Batches[i].First - 1
+	if s.head.Checkpoint != nil && s.head.Checkpoint.Group > from {
 		from = s.head.Checkpoint.Group
 	}
 	seqs, err := seglog.ListSegments(s.opts.FS, s.logDir)
@@ -489,14 +500,15 @@ func (s *Shipper) mergeBatches(ctx context.Context) error {
 	for _, g := range groups {
 		total += g.size
 	}
-	if total/s.opts.BatchBytes+1 > len(s.head.Batches)/2 {
-		return nil // merging would not halve the head
+	if total/s.opts.BatchBytes+1 > (len(s.head.Batches)-i)/2 {
+		return nil // merging would not halve the small batches
 	}
 	bs, err := s.uploadBatches(ctx, groups)
 	if err != nil {
 		return err
 	}
-	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint, Batches: bs}
+	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint,
+		Batches: append(append([]Batch(nil), keep...), bs...)}
 	if err := s.putHead(ctx, &nh); err != nil {
 		return err
 	}
