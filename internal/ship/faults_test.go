@@ -1,6 +1,7 @@
 package ship
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -182,4 +183,63 @@ func TestShipperRemoteDown(t *testing.T) {
 		t.Fatalf("round on the new server: group %d, %v; want %d", g, err, want)
 	}
 	e.verifyPull(srv2.Store(t, "down"), want)
+}
+
+// TestShipperLocalObjectGone: a group references an object local GC has
+// removed since (the shipper lagged past GC's grace); the round fails
+// naming it, and the next one ships a newer checkpoint instead, which no
+// longer references it.
+func TestShipperLocalObjectGone(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "gone")
+	ctx := context.Background()
+	e := newEnvSeg(t, 13, 64<<20) // one segment: never deleted
+	defer e.ws.Close()
+	// A pooled file, then overwritten: its first object is unreferenced.
+	e.write("big", bytes.Repeat([]byte("first version "), 10000))
+	e.commit()
+	var first []pool.ID
+	e.ws.ForEachObject(func(id pool.ID) { first = append(first, id) })
+	e.write("big", bytes.Repeat([]byte("second version "), 10000))
+	e.commit()
+	// Until a checkpoint after the overwrite exists (the one segment, and
+	// so the first version's group, stays).
+	for range 200 {
+		e.step()
+		g := e.commit()
+		if ck := e.ws.Stats().CheckpointGroup; ck > 3 && ck+2 < g {
+			break
+		}
+	}
+	still := map[pool.ID]bool{}
+	e.ws.ForEachObject(func(id pool.ID) { still[id] = true })
+	var gone pool.ID
+	found := false
+	for _, id := range first {
+		if !still[id] {
+			gone, found = id, true
+		}
+	}
+	if !found {
+		t.Fatal("the overwritten object is still referenced")
+	}
+	if err := os.Remove(e.pool.Path(gone)); err != nil {
+		t.Fatal(err)
+	}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st})
+	_, err := sh.Round(ctx)
+	if err == nil {
+		t.Fatal("the first round shipped groups whose object is gone")
+	}
+	if !strings.Contains(err.Error(), gone.String()) {
+		t.Fatalf("round: %v, want an error naming %s", err, gone)
+	}
+	g, err := sh.Round(ctx)
+	if err != nil {
+		t.Fatalf("second round: %v", err)
+	}
+	if sh.Stats().Checkpoints == 0 {
+		t.Fatal("no checkpoint shipped")
+	}
+	e.verifyPull(st, g)
 }

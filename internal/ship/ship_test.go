@@ -24,19 +24,23 @@ import (
 // env is one workspace on a host directory, plus the oracle: the tree
 // (and file contents) after every committed group.
 type env struct {
-	t     *testing.T
-	root  string
-	pool  *pool.Pool
-	ws    *workspace.Workspace
-	dumps map[uint64][]namespace.DumpEntry // group -> Dump
-	files map[uint64]map[string][]byte     // group -> path -> content
-	live  map[string][]byte
-	ino   map[string]workspace.Ino
-	rng   *rand.Rand
-	n     int
+	t       *testing.T
+	root    string
+	pool    *pool.Pool
+	ws      *workspace.Workspace
+	dumps   map[uint64][]namespace.DumpEntry // group -> Dump
+	files   map[uint64]map[string][]byte     // group -> path -> content
+	live    map[string][]byte
+	ino     map[string]workspace.Ino
+	rng     *rand.Rand
+	n       int
+	segSize int64
 }
 
-func newEnv(t *testing.T, seed uint64) *env {
+func newEnv(t *testing.T, seed uint64) *env { return newEnvSeg(t, seed, 16<<10) }
+
+// newEnvSeg is newEnv with segments of segSize bytes.
+func newEnvSeg(t *testing.T, seed uint64, segSize int64) *env {
 	t.Helper()
 	root := t.TempDir()
 	p, err := pool.Open(vfs.Default, filepath.Join(root, "pool"), pool.Options{})
@@ -44,7 +48,7 @@ func newEnv(t *testing.T, seed uint64) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, root: root, pool: p, dumps: map[uint64][]namespace.DumpEntry{}, files: map[uint64]map[string][]byte{},
-		live: map[string][]byte{}, ino: map[string]workspace.Ino{}, rng: rand.New(rand.NewPCG(seed, 7))}
+		live: map[string][]byte{}, ino: map[string]workspace.Ino{}, rng: rand.New(rand.NewPCG(seed, 7)), segSize: segSize}
 	e.open()
 	e.commit()
 	return e
@@ -57,7 +61,7 @@ func (e *env) open() {
 		GroupWindow: time.Hour, GroupRecords: 100000,
 		// Small segments and checkpoints: the shipper meets rollover,
 		// checkpoints and deleted segments in a short test.
-		SegmentSize: 16 << 10, CheckpointBytes: 48 << 10, ChunkSize: 256 << 10})
+		SegmentSize: e.segSize, CheckpointBytes: 48 << 10, ChunkSize: 256 << 10})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -104,34 +108,40 @@ func (e *env) step() {
 					data[j] = byte(v >> (8 * (j - i)))
 				}
 			}
-			ino, ok := e.ino[name]
-			if !ok {
-				a, err := e.ws.Create(workspace.RootIno, name, namespace.S_IFREG|0o644, workspace.Caller{})
-				if err != nil {
-					e.t.Fatal(err)
-				}
-				ino = a.Ino
-				e.ino[name] = ino
-			}
-			h, err := e.ws.OpenFile(ino, syscall.O_RDWR)
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			if _, err := e.ws.SetAttr(ino, workspace.SetAttrIn{Size: ptr(uint64(0))}); err != nil {
-				e.t.Fatal(err)
-			}
-			if _, err := h.WriteAt(data, 0); err != nil {
-				e.t.Fatal(err)
-			}
-			if err := h.Flush(); err != nil {
-				e.t.Fatal(err)
-			}
-			if err := h.Release(); err != nil {
-				e.t.Fatal(err)
-			}
-			e.live[name] = data
+			e.write(name, data)
 		}
 	}
+}
+
+// write replaces the content of file name (created if new) with data.
+func (e *env) write(name string, data []byte) {
+	e.t.Helper()
+	ino, ok := e.ino[name]
+	if !ok {
+		a, err := e.ws.Create(workspace.RootIno, name, namespace.S_IFREG|0o644, workspace.Caller{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ino = a.Ino
+		e.ino[name] = ino
+	}
+	h, err := e.ws.OpenFile(ino, syscall.O_RDWR)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.ws.SetAttr(ino, workspace.SetAttrIn{Size: ptr(uint64(0))}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := h.WriteAt(data, 0); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := h.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := h.Release(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.live[name] = data
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -88,13 +88,14 @@ type Shipper struct {
 	logDir string
 	ckDir  string
 
-	head   Head
-	loaded bool
-	known  map[pool.ID]struct{} // objects known to be in the bucket
-	tails  map[uint64]*seglog.Tail
-	buf    []group // durable groups read but not yet shipped, in order
-	failed error   // sticky: a local sync failed, or another writer changed the head
-	local  uint64  // last group in the local log (Tail.Last of the newest segment read)
+	head     Head
+	loaded   bool
+	known    map[pool.ID]struct{} // objects known to be in the bucket
+	tails    map[uint64]*seglog.Tail
+	buf      []group // durable groups read but not yet shipped, in order
+	failed   error   // sticky: a local sync failed, or another writer changed the head
+	needCkpt bool    // a referenced object is gone locally: ship a newer checkpoint
+	local    uint64  // last group in the local log (Tail.Last of the newest segment read)
 
 	headETag  string    // of the head as last read or written ("" if absent)
 	lastPut   time.Time // ShippedAt of the last head this shipper tried to write
@@ -248,7 +249,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 
 	var ck *localCheckpoint
 	gap := len(s.buf) > 0 && s.buf[0].n > next
-	compact := len(s.head.Batches) >= s.opts.CompactBatches && len(s.buf) > 0
+	compact := (len(s.head.Batches) >= s.opts.CompactBatches || s.needCkpt) && len(s.buf) > 0
 	if gap || compact {
 		c, err := s.latestCheckpoint()
 		if err != nil {
@@ -301,8 +302,16 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		}
 	}
 	if err := s.uploadObjects(ctx, ids); err != nil {
+		var me *pool.MissingObjectError
+		if errors.As(err, &me) {
+			// Local GC removed an object these groups reference (the
+			// shipper lagged by more than its grace): only a newer
+			// checkpoint, which no longer references it, can move on.
+			s.needCkpt = true
+		}
 		return s.head.Group, err
 	}
+	s.needCkpt = false
 
 	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Checkpoint: s.head.Checkpoint, Batches: s.head.Batches}
 	// 2. Checkpoint.
