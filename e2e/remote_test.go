@@ -606,6 +606,9 @@ func TestMigrateRoundTrip(t *testing.T) {
 	requireMount(t)
 	srv := s3test.Start(t)
 	cfg := srv.Config("migrate")
+	// A name no other test mounts: wsfs rm refuses while any mount of a
+	// workspace of that name exists on the machine.
+	const wsName = "migrate-rt"
 	homes := map[string]string{}
 	for _, h := range []string{"a", "b"} {
 		homes[h] = filepath.Join(t.TempDir(), "home-"+h)
@@ -633,33 +636,33 @@ func TestMigrateRoundTrip(t *testing.T) {
 	// serve mounts the workspace on host h with a shipper, runs fn, stops
 	// both and pushes.
 	serve := func(h string, created bool, fn func(mnt string)) {
-		mnt, stop := mountWorkspace(t, &mountOpts{home: homes[h], name: "ws", created: created})
-		kill := startShipper(t, homes[h], "ws")
+		mnt, stop := mountWorkspace(t, &mountOpts{home: homes[h], name: wsName, created: created})
+		kill := startShipper(t, homes[h], wsName)
 		fn(mnt)
 		stop(false)
 		kill()
-		t.Logf("%s: %s", h, strings.TrimSpace(wsfsOutput(t, time.Minute, "push", "--home", homes[h], "ws")))
+		t.Logf("%s: %s", h, strings.TrimSpace(wsfsOutput(t, time.Minute, "push", "--home", homes[h], wsName)))
 	}
 	serve("a", false, func(mnt string) { write(mnt, "a") })
 	// A's pushed copy is never shipped again.
-	if out, err := exec.Command(wsfsBin, "sync", "--home", homes["a"], "--timeout", "5s", "ws").CombinedOutput(); err == nil || !strings.Contains(string(out), "pushed") {
+	if out, err := exec.Command(wsfsBin, "sync", "--home", homes["a"], "--timeout", "5s", wsName).CombinedOutput(); err == nil || !strings.Contains(string(out), "pushed") {
 		t.Errorf("sync of A's pushed copy: %v\n%s; want a refusal", err, out)
 	}
-	wsfsOutput(t, time.Minute, "rm", "--home", homes["a"], "ws")
-	wsfsOutput(t, time.Minute, "pull", "--home", homes["b"], "ws")
-	mntB, stopB := mountWorkspace(t, &mountOpts{home: homes["b"], name: "ws", created: true})
-	killB := startShipper(t, homes["b"], "ws")
+	wsfsOutput(t, time.Minute, "rm", "--home", homes["a"], wsName)
+	wsfsOutput(t, time.Minute, "pull", "--home", homes["b"], wsName)
+	mntB, stopB := mountWorkspace(t, &mountOpts{home: homes["b"], name: wsName, created: true})
+	killB := startShipper(t, homes["b"], wsName)
 	check(mntB, "B after the pull")
 	write(mntB, "b")
-	wsfsOutput(t, time.Minute, "sync", "--home", homes["b"], "ws")
+	wsfsOutput(t, time.Minute, "sync", "--home", homes["b"], wsName)
 	// While B serves it, A cannot pull it.
-	if out, err := exec.Command(wsfsBin, "pull", "--home", homes["a"], "ws").CombinedOutput(); err == nil || !strings.Contains(string(out), "served by host") {
+	if out, err := exec.Command(wsfsBin, "pull", "--home", homes["a"], wsName).CombinedOutput(); err == nil || !strings.Contains(string(out), "served by host") {
 		t.Errorf("pull on A while B serves: %v\n%s; want a refusal naming B", err, out)
 	}
 	stopB(false)
 	killB()
-	t.Logf("b: %s", strings.TrimSpace(wsfsOutput(t, time.Minute, "push", "--home", homes["b"], "ws")))
-	wsfsOutput(t, time.Minute, "pull", "--home", homes["a"], "ws")
-	mntA, _ := mountWorkspace(t, &mountOpts{home: homes["a"], name: "ws", created: true})
+	t.Logf("b: %s", strings.TrimSpace(wsfsOutput(t, time.Minute, "push", "--home", homes["b"], wsName)))
+	wsfsOutput(t, time.Minute, "pull", "--home", homes["a"], wsName)
+	mntA, _ := mountWorkspace(t, &mountOpts{home: homes["a"], name: wsName, created: true})
 	check(mntA, "A after the round trip")
 }
