@@ -50,9 +50,9 @@ func ListSegments(fsys vfs.FS, dir string) ([]uint64, error) {
 	return seqs, nil
 }
 
-// ListCheckpoints returns the groups of the checkpoint files in dir,
-// ascending. A missing dir holds none.
-func ListCheckpoints(fsys vfs.FS, dir string) ([]uint64, error) { return listCheckpoints(fsys, dir) }
+// CheckpointGroups returns the groups of the checkpoint files in dir,
+// ascending, without reading them. A missing dir holds none.
+func CheckpointGroups(fsys vfs.FS, dir string) ([]uint64, error) { return listCheckpoints(fsys, dir) }
 
 // CheckpointName is the file name of the checkpoint of group
 // ("%020d.ckpt").

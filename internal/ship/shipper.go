@@ -635,7 +635,7 @@ type localCheckpoint struct {
 // latestCheckpoint returns the newest local checkpoint that verifies, or
 // nil.
 func (s *Shipper) latestCheckpoint() (*localCheckpoint, error) {
-	gs, err := seglog.ListCheckpoints(s.opts.FS, s.ckDir)
+	gs, err := seglog.CheckpointGroups(s.opts.FS, s.ckDir)
 	if err != nil {
 		return nil, err
 	}

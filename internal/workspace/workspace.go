@@ -94,21 +94,30 @@ type Ino uint64
 // RootIno is the root directory.
 const RootIno Ino = 1
 
+// Timestamp is a file time: seconds of any int64 value and nanoseconds
+// (see namespace.Timestamp).
+type Timestamp = namespace.Timestamp
+
+// TimestampOf is the timestamp of t.
+func TimestampOf(t time.Time) Timestamp {
+	return Timestamp{Sec: t.Unix(), Nsec: uint32(t.Nanosecond())}
+}
+
 // Attr are the attributes of an inode.
 type Attr struct {
 	Ino                 Ino
 	Mode                uint32 // S_IFxxx | permission bits
 	Nlink               uint32
 	Uid, Gid, Rdev      uint32
-	Size, Blocks        uint64 // Blocks in 512-byte units
-	Atime, Mtime, Ctime int64  // unix ns
+	Size, Blocks        uint64 // Blocks in 512-byte units: the bytes stored (holes not counted)
+	Atime, Mtime, Ctime namespace.Timestamp
 }
 
 // SetAttrIn says which attributes SetAttr changes (nil: unchanged).
 type SetAttrIn struct {
-	Mode, Uid, Gid *uint32 // Mode: permission bits only
-	Size           *uint64 // truncate (or extend with zeros)
-	Atime, Mtime   *int64
+	Mode, Uid, Gid *uint32              // Mode: permission bits only
+	Size           *uint64              // truncate (or extend with zeros)
+	Atime, Mtime   *namespace.Timestamp // any seconds; nanoseconds below 1e9 (else EINVAL)
 }
 
 // DirEntry is one entry of ReadDir.
@@ -404,7 +413,7 @@ func Open(opts Options) (*Workspace, error) {
 		root.Mu.Lock()
 		err := w.record(&namespace.Record{Op: namespace.OpSetAttr, Ino: namespace.RootIno,
 			Mask: namespace.AttrMode | namespace.AttrUid | namespace.AttrGid | namespace.AttrAtime | namespace.AttrMtime,
-			Mode: 0o755, Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), Atime: now, Mtime: now, Time: now}, nil, true)
+			Mode: 0o755, Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), Atime: namespace.FromNs(now), Mtime: namespace.FromNs(now), Time: now}, nil, true)
 		root.Mu.Unlock()
 		if err != nil {
 			w.Close()
