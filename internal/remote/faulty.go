@@ -89,4 +89,18 @@ func (f *Faulty) GetETag(ctx context.Context, key string) ([]byte, string, error
 	return f.Store.GetETag(ctx, key)
 }
 
+func (f *Faulty) Stat(ctx context.Context, key string) (Info, bool, error) {
+	if err := f.fault("head", key); err != nil {
+		return Info{}, false, err
+	}
+	return f.Store.Stat(ctx, key)
+}
+
+func (f *Faulty) ListInfo(ctx context.Context, prefix string) ([]Info, error) {
+	if err := f.fault("list", prefix); err != nil {
+		return nil, err
+	}
+	return f.Store.ListInfo(ctx, prefix)
+}
+
 func (f *Faulty) String() string { return f.Store.String() + " (fault-injecting)" }

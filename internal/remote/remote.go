@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrNotFound is wrapped by Get when the key does not exist.
@@ -49,9 +50,20 @@ type Store interface {
 	PutIf(ctx context.Context, key string, data []byte, ifMatch string) (string, error)
 	// GetETag is Get that also returns the object's ETag.
 	GetETag(ctx context.Context, key string) ([]byte, string, error)
+	// Stat is Exists that also describes the object (HEAD).
+	Stat(ctx context.Context, key string) (Info, bool, error)
+	// ListInfo is List with each object's size and modification time.
+	ListInfo(ctx context.Context, prefix string) ([]Info, error)
 	// String names the store in messages: endpoint, bucket and prefix,
 	// never credentials.
 	String() string
+}
+
+// Info describes a stored object.
+type Info struct {
+	Key      string
+	Size     int64
+	Modified time.Time
 }
 
 // ObjectKey is the key of pool object hex (64 lowercase hex digits).

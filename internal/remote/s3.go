@@ -188,6 +188,40 @@ func (s *S3) Exists(ctx context.Context, key string) (bool, error) {
 	return false, s.wrap("head", key, err)
 }
 
+// Stat describes key (HEAD); found is false if it does not exist.
+func (s *S3) Stat(ctx context.Context, key string) (Info, bool, error) {
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(s.key(key))})
+	if err == nil {
+		return Info{Key: key, Size: aws.ToInt64(out.ContentLength), Modified: aws.ToTime(out.LastModified)}, true, nil
+	}
+	var nf *types.NotFound
+	if errors.As(err, &nf) || isNotFound(err) {
+		return Info{}, false, nil
+	}
+	return Info{}, false, s.wrap("head", key, err)
+}
+
+// ListInfo returns the objects under prefix with size and modification
+// time.
+func (s *S3) ListInfo(ctx context.Context, prefix string) ([]Info, error) {
+	var out []Info
+	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(s.key(prefix))})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, s.wrap("list", prefix, err)
+		}
+		for _, o := range page.Contents {
+			k := aws.ToString(o.Key)
+			if s.cfg.Prefix != "" {
+				k = strings.TrimPrefix(k, s.cfg.Prefix+"/")
+			}
+			out = append(out, Info{Key: k, Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified)})
+		}
+	}
+	return out, nil
+}
+
 // Delete removes key (absent is not an error).
 func (s *S3) Delete(ctx context.Context, key string) error {
 	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(s.key(key))})

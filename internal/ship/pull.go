@@ -85,68 +85,13 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if !ok {
 		return res, fmt.Errorf("pull %s: %s holds no workspace %q (no %s): %w", opts.Name, st, opts.Name, HeadKey(opts.Name), ErrNotShipped)
 	}
-	tree := namespace.New(0o755, uint32(os.Getuid()), uint32(os.Getgid()), 0)
-	at := uint64(0)
+	tree, at, got, nb, err := restoreTree(ctx, st, opts.Name, h)
+	res.BytesGot, res.BatchesRead = got, nb
 	if h.Checkpoint != nil {
-		b, err := st.Get(ctx, h.Checkpoint.Key)
-		if err != nil {
-			return res, err
-		}
-		res.BytesGot += int64(len(b))
-		p, err := seglog.DecodeCheckpointFile(h.Checkpoint.Key, h.Checkpoint.Group, b)
-		if err != nil {
-			return res, &CorruptRemoteError{Store: st.String(), Key: h.Checkpoint.Key, Reason: err.Error()}
-		}
-		if tree, err = namespace.DecodeCheckpoint(p); err != nil {
-			return res, &CorruptRemoteError{Store: st.String(), Key: h.Checkpoint.Key, Reason: err.Error()}
-		}
-		at = h.Checkpoint.Group
-		res.Checkpoint = at
+		res.Checkpoint = h.Checkpoint.Group
 	}
-	for _, bt := range h.Batches {
-		if bt.Last <= at {
-			continue
-		}
-		b, err := st.Get(ctx, bt.Key)
-		if err != nil {
-			return res, err
-		}
-		res.BytesGot += int64(len(b))
-		res.BatchesRead++
-		first, last, err := seglog.DecodeSegment(bt.Key, b, func(g uint64, records [][]byte) error {
-			if g <= at {
-				return nil
-			}
-			if g != at+1 {
-				return fmt.Errorf("group %d follows group %d", g, at)
-			}
-			for i, data := range records {
-				r, err := namespace.DecodeRecord(data)
-				if err == nil {
-					r.Content.Inline = bytes.Clone(r.Content.Inline)
-					r.Value = bytes.Clone(r.Value)
-					err = tree.Apply(r)
-				}
-				if err != nil {
-					return fmt.Errorf("group %d record %d: %w", g, i, err)
-				}
-			}
-			at = g
-			return nil
-		})
-		if err == nil && (first != bt.First || last != bt.Last) {
-			err = fmt.Errorf("holds groups %d-%d, the head says %d-%d", first, last, bt.First, bt.Last)
-		}
-		if err != nil {
-			return res, &CorruptRemoteError{Store: st.String(), Key: bt.Key, Reason: err.Error()}
-		}
-	}
-	if at != h.Group {
-		return res, &CorruptRemoteError{Store: st.String(), Key: HeadKey(opts.Name),
-			Reason: fmt.Sprintf("names group %d, but its checkpoint and batches end at group %d", h.Group, at)}
-	}
-	if err := tree.Check(); err != nil {
-		return res, &CorruptRemoteError{Store: st.String(), Key: HeadKey(opts.Name), Reason: "restored tree: " + err.Error()}
+	if err != nil {
+		return res, err
 	}
 	res.Group, res.Inodes = at, tree.Len()
 
@@ -162,7 +107,7 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	for id := range ids {
 		list = append(list, id)
 	}
-	var fetched, got atomic.Int64
+	var fetched, fetchedBytes atomic.Int64
 	if err := parallel(ctx, opts.Parallel, list, func(ctx context.Context, id pool.ID) error {
 		if _, err := opts.Pool.ReadAll(id); err == nil {
 			return nil // already local (and verified)
@@ -172,12 +117,12 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 			return err
 		}
 		fetched.Add(1)
-		got.Add(int64(n))
+		fetchedBytes.Add(int64(n))
 		return nil
 	}); err != nil {
 		return res, err
 	}
-	res.Fetched, res.BytesGot = int(fetched.Load()), res.BytesGot+got.Load()
+	res.Fetched, res.BytesGot = int(fetched.Load()), res.BytesGot+fetchedBytes.Load()
 	if err := opts.Pool.SyncObjects(list, 0); err != nil {
 		return res, fmt.Errorf("pull %s: sync fetched objects: %w", opts.Name, err)
 	}
@@ -277,4 +222,72 @@ feed:
 		first = ctx.Err()
 	}
 	return first
+}
+
+// restoreTree rebuilds the tree head h names: its checkpoint (or an empty
+// tree) and every group of its batches after it, each file verified. It
+// returns the tree, its group, the bytes read and the batches read.
+func restoreTree(ctx context.Context, st remote.Store, name string, h Head) (tree *namespace.Tree, at uint64, got int64, nread int, err error) {
+	tree = namespace.New(0o755, uint32(os.Getuid()), uint32(os.Getgid()), 0)
+	if h.Checkpoint != nil {
+		b, err := st.Get(ctx, h.Checkpoint.Key)
+		if err != nil {
+			return nil, 0, got, nread, err
+		}
+		got += int64(len(b))
+		p, err := seglog.DecodeCheckpointFile(h.Checkpoint.Key, h.Checkpoint.Group, b)
+		if err != nil {
+			return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: h.Checkpoint.Key, Reason: err.Error()}
+		}
+		if tree, err = namespace.DecodeCheckpoint(p); err != nil {
+			return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: h.Checkpoint.Key, Reason: err.Error()}
+		}
+		at = h.Checkpoint.Group
+	}
+	for _, bt := range h.Batches {
+		if bt.Last <= at {
+			continue
+		}
+		b, err := st.Get(ctx, bt.Key)
+		if err != nil {
+			return nil, 0, got, nread, err
+		}
+		got += int64(len(b))
+		nread++
+		first, last, err := seglog.DecodeSegment(bt.Key, b, func(g uint64, records [][]byte) error {
+			if g <= at {
+				return nil
+			}
+			if g != at+1 {
+				return fmt.Errorf("group %d follows group %d", g, at)
+			}
+			for i, data := range records {
+				r, err := namespace.DecodeRecord(data)
+				if err == nil {
+					r.Content.Inline = bytes.Clone(r.Content.Inline)
+					r.Value = bytes.Clone(r.Value)
+					err = tree.Apply(r)
+				}
+				if err != nil {
+					return fmt.Errorf("group %d record %d: %w", g, i, err)
+				}
+			}
+			at = g
+			return nil
+		})
+		if err == nil && (first != bt.First || last != bt.Last) {
+			err = fmt.Errorf("holds groups %d-%d, the head says %d-%d", first, last, bt.First, bt.Last)
+		}
+		if err != nil {
+			return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: bt.Key, Reason: err.Error()}
+		}
+	}
+	if at != h.Group {
+		return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: HeadKey(name),
+			Reason: fmt.Sprintf("names group %d, but its checkpoint and batches end at group %d", h.Group, at)}
+	}
+	if err := tree.Check(); err != nil {
+		return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: HeadKey(name), Reason: "restored tree: " + err.Error()}
+	}
+	return tree, at, got, nread, nil
 }

@@ -44,6 +44,18 @@ type Options struct {
 	// it does. Empty: no lease (tests of the shipping order alone).
 	HostID   string
 	LeaseTTL time.Duration
+	// RefreshAfter: an object found present but older than this is
+	// uploaded again before a head references it, so that remote GC
+	// (whose grace must be at least twice this) never sweeps it. Default
+	// DefaultGCGrace/2.
+	RefreshAfter time.Duration
+}
+
+func (s *Shipper) refreshAfter() time.Duration {
+	if s.opts.RefreshAfter > 0 {
+		return s.opts.RefreshAfter
+	}
+	return DefaultGCGrace / 2
 }
 
 // group is one committed group read from the local log.
@@ -714,11 +726,14 @@ func (s *Shipper) uploadObjects(ctx context.Context, ids map[pool.ID]struct{}) e
 
 func (s *Shipper) uploadObject(ctx context.Context, id pool.ID) error {
 	key := remote.ObjectKey(id.String())
-	ok, err := s.opts.Store.Exists(ctx, key)
+	info, ok, err := s.opts.Store.Stat(ctx, key)
 	if err != nil {
 		return err
 	}
-	if ok {
+	// An object present from long ago may be what remote GC is about to
+	// sweep (nothing referenced it until now): upload it again, which
+	// makes it young, before a head references it (see GC).
+	if ok && s.opts.Now().Sub(info.Modified) < s.refreshAfter() {
 		s.mu.Lock()
 		s.stats.ObjectsPresent++
 		s.mu.Unlock()
