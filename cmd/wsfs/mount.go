@@ -187,6 +187,12 @@ first); fsync returns once everything before it is durable.`)
 		defer ms.Close()
 		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
 	}
+	// `wsfs snapshot create` reaches this daemon through it (snapctl.go).
+	stopControl, err := startSnapshotControl(ws, h.WorkspaceDir(name), p, lg)
+	if err != nil {
+		return errors.Join(err, srv.Unmount(), closeWS())
+	}
+	defer stopControl()
 	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), supervisor.DaemonStatusName), ws, lg)
 	defer stopStatus()
 	stopWatch := watchWorkspaceDir(h.WorkspaceDir(name), time.Second, lg)

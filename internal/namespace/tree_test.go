@@ -339,3 +339,39 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		_ = tr.Dump(sumContent)
 	})
 }
+
+func TestCloneIsIndependent(t *testing.T) {
+	tr := New(0o755, 0, 0, 1)
+	d := tr.AllocIno()
+	if err := tr.Apply(&Record{Op: OpMkdir, Ino: d, Parent: RootIno, Name: "d", Mode: 0o755, Time: 2}); err != nil {
+		t.Fatal(err)
+	}
+	f := tr.AllocIno()
+	if err := tr.Apply(&Record{Op: OpCreate, Ino: f, Parent: d, Name: "f", Mode: S_IFREG | 0o644, Time: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Apply(&Record{Op: OpSetXattr, Ino: f, Name: "user.x", Value: []byte("1"), Time: 4}); err != nil {
+		t.Fatal(err)
+	}
+	c := tr.Clone()
+	want := string(tr.EncodeCheckpoint())
+	if string(c.EncodeCheckpoint()) != want || c.NextIno() != tr.NextIno() || c.Check() != nil {
+		t.Fatal("clone differs from its tree")
+	}
+	// Changing the original leaves the clone as it was, and back.
+	if err := tr.Apply(&Record{Op: OpRename, Parent: d, Name: "f", NewParent: RootIno, NewName: "g", Ino: f, Time: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Apply(&Record{Op: OpRemoveXattr, Ino: f, Name: "user.x", Time: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if string(c.EncodeCheckpoint()) != want {
+		t.Fatal("the clone changed with its original")
+	}
+	if err := c.Apply(&Record{Op: OpUnlink, Parent: d, Name: "f", Ino: f, Time: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Get(f) == nil || tr.Get(f).Nlink != 1 {
+		t.Fatal("the original changed with its clone")
+	}
+}

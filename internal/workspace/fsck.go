@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
@@ -154,17 +155,32 @@ func check(opts CheckOptions) (*Report, error) {
 	}
 	var tree *namespace.Tree
 	var damagedCkpts []seglog.CheckpointFile
+	var damagedRef *seglog.CheckpointFile // a fork's or restore's base that cannot be loaded
 	for i := len(cks) - 1; i >= 0 && tree == nil; i-- {
 		c := cks[i]
 		if c.Err == nil {
-			t, derr := namespace.DecodeCheckpoint(c.Payload)
+			// A manifest-reference checkpoint (fork, restore) is loaded
+			// from the pool, as recovery does.
+			t, derr := DecodeCheckpointPayload(opts.Pool, c.Payload)
 			if derr == nil {
 				tree, rep.CheckpointGroup = t, c.Group
 				continue
 			}
 			c.Err = derr
+			if manifest.IsRef(c.Payload) {
+				damagedRef = &c
+				break
+			}
 		}
 		damagedCkpts = append(damagedCkpts, c)
+	}
+	if damagedRef != nil {
+		// The tree the log continues from lives only in the snapshot's
+		// manifests: no older checkpoint or replay can stand in for it.
+		add(Problem{Kind: ProblemCheckpoint, Where: damagedRef.Path, path: damagedRef.Path,
+			What: "the checkpoint names a snapshot's manifest tree (the workspace was forked or restored from it) that cannot be loaded: " + damagedRef.Err.Error(),
+			Do:   "bring the missing or damaged pool objects back (from a backup, or the host the snapshot came from); fsck --repair will not touch this checkpoint"})
+		return rep, nil
 	}
 	if tree == nil {
 		tree = namespace.New(0o755, uint32(os.Getuid()), uint32(os.Getgid()), 0)
@@ -452,7 +468,7 @@ func Repair(opts CheckOptions, rep *Report, saveDir string) ([]string, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}
-	lk, err := opts.FS.Lock(filepath.Join(opts.Dir, "lock"))
+	lk, err := Lock(opts.FS, opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: repair %s: %w", opts.Dir, err)
 	}

@@ -71,7 +71,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math/bits"
 	"os"
@@ -82,6 +81,7 @@ import (
 	"time"
 
 	"wsfs/internal/commit"
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
@@ -137,20 +137,18 @@ const (
 	// DefaultInlineMax: contents up to this size are stored inline in the
 	// log record. A group of inline files costs one append and one
 	// fdatasync of the log, against one fdatasync per object plus its
-	// directory for pooled files. BenchmarkInlineVsPooled (2 vCPU VM, ext4
-	// on virtio, a barrier every 64 files) measured per file: 4 KiB 68 us
-	// inline vs 599 us pooled, 16 KiB 129 vs 548 us, 64 KiB 490 vs 1267 us.
-	// Inline still wins at 64 KiB; above it, contents would also make
+	// directory for pooled files; inline still wins at 64 KiB
+	// (docs/benchmarks.md, "Engine micro-benchmarks"). Above it, contents
+	// would also make
 	// checkpoints (which carry inline bytes) and memory grow, and dedup
 	// across workspaces only works for pooled contents. A full group of 512
 	// records is at most 32 MiB of log.
 	DefaultInlineMax = 64 << 10
 	// DefaultChunkSize: content larger than this is stored as a list of
 	// pool objects of this size (the last one shorter), so that a change
-	// to a large file rewrites only the chunks it touches. A 4 KiB write
-	// and close of a 64 MiB file cost 61 ms with whole-file objects (copy,
-	// rehash, republish) and 1.3-2.4 ms with 1 MiB chunks, the same as at
-	// 16 MiB (BenchmarkSmallChangeToLargeFile). Smaller chunks mean longer
+	// to a large file rewrites only the chunks it touches, at a cost that
+	// does not grow with the file (docs/benchmarks.md, "Chunked content").
+	// Smaller chunks mean longer
 	// chunk lists in records (32 bytes per chunk: 32 KiB for 1 GiB) and
 	// more objects per drain; larger ones, more bytes per small change.
 	DefaultChunkSize = 1 << 20
@@ -217,13 +215,26 @@ type Workspace struct {
 
 	// Owned by the committer's flusher goroutine (OnCommit) after Open,
 	// and by Close once the flusher has exited.
-	shadow    *namespace.Tree
+	shadow *namespace.Tree
+	// shadowMu guards shadow and shadowGroup against DurableTree, which
+	// clones the shadow from another goroutine (durable.go).
+	shadowMu    sync.Mutex
+	shadowGroup uint64 // the group the shadow is at the end of
+	// snapCache (guarded by shadowMu) is told every record applied to the
+	// shadow, for DurableManifest; nil until its first call.
+	snapCache *manifest.Cache
+	snapMu    sync.Mutex // serializes DurableManifest
 	sinceCkpt int64
 	shadowErr error
 	ckpt      struct {
 		running bool            // a checkpoint write is in flight
 		done    chan ckptResult // its result (capacity 1)
 	}
+
+	// The manifest root the checkpoint read at Open named (fork, restore),
+	// whose manifests ForEachObject also lists; set only by Open.
+	manifestRoot    pool.ID
+	hasManifestRoot bool
 
 	failed  atomic.Pointer[ioError] // sticky: set when a commit fails
 	closed  atomic.Bool             // set by Close before the committer closes
@@ -268,11 +279,21 @@ func wsErr(op string, ino Ino, name string, err error) error {
 	if errors.As(err, &we) {
 		return err
 	}
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		err = &ioError{err}
+	return &Error{Op: op, Ino: ino, Name: name, Err: errno(err)}
+}
+
+// errno returns err if it carries a syscall.Errno, else err marked as EIO:
+// the one classification of engine errors (wsErr wraps its result in an
+// *Error; paths that return below an operation use it directly).
+func errno(err error) error {
+	if err == nil {
+		return nil
 	}
-	return &Error{Op: op, Ino: ino, Name: name, Err: err}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return err
+	}
+	return &ioError{err}
 }
 
 // ioError marks an I/O failure without an errno of its own as EIO.
@@ -280,6 +301,16 @@ type ioError struct{ err error }
 
 func (e *ioError) Error() string   { return e.err.Error() }
 func (e *ioError) Unwrap() []error { return []error{syscall.EIO, e.err} }
+
+// Lock takes the workspace lock of dir: the one a daemon holds while it
+// serves the workspace, and every offline change (fsck --repair, restore,
+// rm) takes before it writes. The directory itself is the lock that
+// counts (a lock file can be deleted under a live daemon); the lock file
+// DIR/lock is locked too, for older binaries (see vfs.LockAll). It fails
+// with an error wrapping vfs.ErrLocked while another holder has it.
+func Lock(fsys vfs.FS, dir string) (io.Closer, error) {
+	return vfs.LockAll(fsys, dir, filepath.Join(dir, "lock"))
+}
 
 // Open opens the workspace in opts.Dir, creating it if empty: it takes the
 // workspace lock, loads the latest checkpoint, replays the log after it
@@ -309,8 +340,8 @@ func Open(opts Options) (*Workspace, error) {
 	if opts.CheckpointBytes <= 0 {
 		opts.CheckpointBytes = DefaultCheckpointBytes
 	}
-	if opts.Drain != commit.DrainEntry && opts.Drain != commit.DrainSyncFS {
-		return nil, fmt.Errorf("workspace: unknown drain mode %d (use commit.ParseDrain)", int(opts.Drain))
+	if err := opts.Drain.Valid(); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	if opts.Clock == nil {
 		opts.Clock = commit.SystemClock{}
@@ -321,13 +352,10 @@ func Open(opts Options) (*Workspace, error) {
 	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock, shift: uint8(shift),
 		lg: opts.Logger.With("dir", opts.Dir)}
 	w.ckpt.done = make(chan ckptResult, 1)
-	if err := mkdirDurable(w.fs, opts.Dir); err != nil {
+	if err := vfs.MkdirAllDurable(w.fs, opts.Dir, vfs.PrivateDir); err != nil {
 		return nil, fmt.Errorf("workspace: create %s: %w", opts.Dir, err)
 	}
-	// The directory is the lock that counts (a lock file can be deleted
-	// under a live daemon; see vfs.LockAll).
-	lockPath := filepath.Join(opts.Dir, "lock")
-	lk, err := vfs.LockAll(w.fs, opts.Dir, lockPath)
+	lk, err := Lock(w.fs, opts.Dir)
 	if err != nil {
 		if errors.Is(err, vfs.ErrLocked) {
 			return nil, fmt.Errorf("workspace %s is served by another wsfs daemon; stop that daemon first: %w", opts.Dir, err)
@@ -350,10 +378,7 @@ func Open(opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("workspace %s: read checkpoint: %w", opts.Dir, err)
 	}
 	if payload != nil {
-		if w.tree, err = namespace.DecodeCheckpoint(payload); err == nil {
-			w.shadow, err = namespace.DecodeCheckpoint(payload)
-		}
-		if err != nil {
+		if w.tree, w.shadow, err = w.decodeCheckpoint(payload); err != nil {
 			return nil, fmt.Errorf("workspace %s: checkpoint of group %d: %w", opts.Dir, ckGroup, err)
 		}
 		w.ckptGrp.Store(ckGroup)
@@ -368,6 +393,7 @@ func Open(opts Options) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace %s: open log: %w", opts.Dir, err)
 	}
+	w.shadowGroup = w.log.LastGroup()
 	// seglog.Open has logged a torn-tail repair (Warn) through w.lg.
 	fresh := payload == nil && w.log.LastGroup() == 0
 	replayed := 0
@@ -423,37 +449,6 @@ func Open(opts Options) (*Workspace, error) {
 	return w, nil
 }
 
-// mkdirDurable creates dir and its missing parents and syncs the parent of
-// each directory it created, so that the new chain survives a crash
-// (MkdirAll alone syncs nothing, and a workspace whose directory entry is
-// lost loses every synced group in it).
-func mkdirDurable(fsys vfs.FS, dir string) error {
-	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := fsys.Stat(d); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := fsys.MkdirAll(dir, 0o700); err != nil { // private: it holds file contents
-		return err
-	}
-	for _, d := range missing {
-		if err := vfs.SyncDir(fsys, filepath.Dir(d)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (w *Workspace) ckptDir() string { return filepath.Join(w.opts.Dir, "checkpoint") }
 
 func (w *Workspace) now() int64 { return w.clock.Now().UnixNano() }
@@ -465,6 +460,9 @@ func (w *Workspace) now() int64 { return w.clock.Now().UnixNano() }
 // flusher is its goroutine).
 func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 	w.reapCheckpoint(false)
+	w.shadowMu.Lock()
+	defer w.shadowMu.Unlock()
+	w.shadowGroup = group
 	if w.shadowErr != nil {
 		return
 	}
@@ -472,6 +470,9 @@ func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 		rec, err := namespace.DecodeRecord(r.Data)
 		if err == nil {
 			err = w.shadow.Apply(rec)
+		}
+		if err == nil && w.snapCache != nil {
+			w.snapCache.Touch(rec)
 		}
 		if err != nil {
 			w.shadowErr = fmt.Errorf("durable shadow: group %d record %d: %w", group, i, err)
@@ -751,7 +752,9 @@ func (w *Workspace) contentID(n *namespace.Inode) namespace.ObjectID {
 // for pool garbage collection. Objects only the durable state still
 // references (replaced by an operation whose group has not committed yet)
 // are not listed: GC's grace period, far longer than a commit window,
-// covers them.
+// covers them. A workspace opened from a manifest-reference checkpoint
+// (fork, restore) also lists that tree's manifests and contents, which the
+// checkpoint still needs until a newer one replaces it.
 func (w *Workspace) ForEachObject(fn func(pool.ID)) {
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
@@ -759,4 +762,5 @@ func (w *Workspace) ForEachObject(fn func(pool.ID)) {
 		n.Mu.Unlock()
 		c.Objects(func(id namespace.ObjectID) { fn(pool.ID(id)) })
 	}
+	w.forEachManifestObject(fn)
 }
