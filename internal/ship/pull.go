@@ -133,7 +133,7 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if err := opts.FS.RemoveAll(tmp); err != nil {
 		return res, err
 	}
-	if err := opts.FS.MkdirAll(filepath.Join(tmp, "log"), 0o700); err != nil { // private, as the host's state (host.DirPerm)
+	if err := opts.FS.MkdirAll(filepath.Join(tmp, "log"), vfs.PrivateDir); err != nil {
 		return res, err
 	}
 	if err := seglog.WriteCheckpoint(opts.FS, filepath.Join(tmp, "checkpoint"), at, tree.EncodeCheckpoint()); err != nil {
