@@ -11,6 +11,7 @@ import (
 
 	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
+	"wsfs/internal/ship"
 	"wsfs/internal/supervisor"
 )
 
@@ -70,7 +71,35 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 	for _, w := range st {
 		fmt.Fprintln(tw, strings.Join(w.Columns(now), "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printShipStatus(g, h, now)
+	return nil
+}
+
+// printShipStatus prints one line per workspace with a shipper status
+// file (the remote tier): shipped and local group, lag, last error.
+func printShipStatus(g *globals, h *host.Host, now time.Time) {
+	names, err := h.Workspaces()
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		s, err := ship.ReadStatus(h.WorkspaceDir(n))
+		if err != nil {
+			continue
+		}
+		note := ""
+		if age := now.Sub(s.UpdatedAt); age > 5*time.Second {
+			note = fmt.Sprintf(" STALE (status %s old: no shipper running)", age.Round(time.Second))
+		}
+		if s.LastError != "" {
+			note += " ERROR: " + s.LastError
+		}
+		fmt.Fprintf(g.stdout, "remote %s: shipped group %d of %d, lag %.2fs (p50 %.3fs, p99 %.3fs)%s\n",
+			n, s.Shipped, s.Local, s.LagSeconds, s.LagP50, s.LagP99, note)
+	}
 }
 
 // markDeadMounts marks as dead each FUSE mount in st whose connection is

@@ -10,6 +10,7 @@ import (
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
+	"wsfs/internal/remote"
 	"wsfs/internal/supervisor"
 )
 
@@ -102,7 +103,12 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 	for _, name := range names {
 		log.Info("workspace", "workspace", name, "mount_point", h.MountPoint(name), agentstate.EnvVar, agentstate.PathsFor(h, name).DB)
 	}
+	rcfg, err := remote.ReadConfig(h)
+	if err != nil {
+		return err
+	}
 	err = supervisor.Run(ctx, supervisor.Options{
+		Ship:        rcfg.Enabled(),
 		Host:        h,
 		Workspaces:  names,
 		Exe:         exe,

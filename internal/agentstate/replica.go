@@ -15,6 +15,7 @@ import (
 	"github.com/benbjohnson/litestream/file"
 
 	"wsfs/internal/host"
+	"wsfs/internal/remote"
 	"wsfs/internal/vfs"
 )
 
@@ -57,8 +58,9 @@ func ReadConfig(h *host.Host) (ConfigSection, error) {
 
 // ReplicaURL returns the replica of workspace name: override if set (a full
 // URL or path for this workspace), else the config's replica_url with the
-// name filled in, else the default file replica directory. An invalid name
-// is refused (host.ErrInvalidName).
+// name filled in, else the remote tier's bucket (remote.Config.AgentStateURL)
+// if the host has one, else the default file replica directory. An invalid
+// name is refused (host.ErrInvalidName).
 func ReplicaURL(h *host.Host, name, override string) (string, error) {
 	if err := host.ValidateName(name); err != nil {
 		return "", err // "" would name the directory of every replica
@@ -71,6 +73,15 @@ func ReplicaURL(h *host.Host, name, override string) (string, error) {
 		return "", err
 	}
 	if cfg.ReplicaURL == "" {
+		// A host with a remote tier keeps the agent state in the same
+		// bucket (one configuration for both).
+		rc, err := remote.ReadConfig(h)
+		if err != nil {
+			return "", err
+		}
+		if rc.Enabled() {
+			return rc.AgentStateURL(name), nil
+		}
 		return PathsFor(h, name).ReplicaDir, nil
 	}
 	if strings.Contains(cfg.ReplicaURL, "{name}") {

@@ -16,6 +16,8 @@ import (
 // (agentstate's test checks its ConfigSection against this table).
 var ConfigSections = map[string][]string{
 	"agent_state": {"replica_url"}, // internal/agentstate.ConfigSection
+	"remote": {"endpoint", "bucket", "prefix", "region", "path_style", // internal/remote.Config
+		"credentials_file", "profile", "lease_ttl_seconds"},
 }
 
 // UnknownConfigKeys returns the keys of a wsfs.json (top-level, and inside

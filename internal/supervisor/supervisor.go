@@ -67,6 +67,10 @@ type Options struct {
 	DaemonArgs []string
 	// SidecarArgs are extra flags for every `wsfs sidecar` (before NAME).
 	SidecarArgs []string
+	// Ship also runs a `wsfs ship NAME` per workspace (the host has a
+	// remote tier). Shippers stop last, so the daemons' final commits are
+	// shipped.
+	Ship bool
 	// MinBackoff, MaxBackoff bound the restart delay. Defaults 500ms, 30s.
 	MinBackoff, MaxBackoff time.Duration
 	// StableAfter is how long a child must live for its backoff to reset.
@@ -93,6 +97,7 @@ type Options struct {
 const (
 	KindDaemon  = "daemon"
 	KindSidecar = "sidecar"
+	KindShipper = "shipper"
 )
 
 // RunDir is HOME/run, the supervisor's runtime directory.
@@ -207,6 +212,9 @@ func Run(ctx context.Context, opts Options) error {
 			ws: ws, kind: KindSidecar, env: env,
 			args: append(sargs, ws),
 		})
+		if opts.Ship {
+			s.children = append(s.children, &child{ws: ws, kind: KindShipper, env: env, args: []string{"ship", home, ws}})
+		}
 	}
 	for _, c := range s.children {
 		c.mu.st = ChildState{Workspace: c.ws, Kind: c.kind}
@@ -240,6 +248,7 @@ func Run(ctx context.Context, opts Options) error {
 	<-gcDone
 	s.stopAll(KindSidecar)
 	s.stopAll(KindDaemon)
+	s.stopAll(KindShipper)
 	s.writeState()
 	s.log.Info("wsfs up: stopped")
 	return nil
@@ -423,7 +432,7 @@ func (s *supervisor) stop(c *child) {
 				log.Error("stopped with a failure", "pid", cmd.Process.Pid, "how", how)
 			}
 		case <-time.After(s.opts.StopTimeout):
-			log.Error("did not stop in time: sending SIGKILL", "pid", cmd.Process.Pid, "timeout", s.opts.StopTimeout, "lost", "whatever it had not yet "+map[string]string{KindDaemon: "committed", KindSidecar: "replicated"}[c.kind])
+			log.Error("did not stop in time: sending SIGKILL", "pid", cmd.Process.Pid, "timeout", s.opts.StopTimeout, "lost", "whatever it had not yet "+map[string]string{KindDaemon: "committed", KindSidecar: "replicated", KindShipper: "shipped"}[c.kind])
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-exited
 		}

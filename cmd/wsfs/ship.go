@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"wsfs/internal/host"
+	"wsfs/internal/pool"
+	"wsfs/internal/remote"
+	"wsfs/internal/ship"
+	"wsfs/internal/vfs"
+)
+
+func init() {
+	register(command{
+		name:    "ship",
+		summary: "ship one workspace's committed state to the remote tier, continuously",
+		run:     runShip,
+	})
+}
+
+const shipAbout = `
+Ships workspace NAME to the host's remote tier (the "remote" section of
+HOME/wsfs.json: an S3-compatible bucket) until SIGINT/SIGTERM, then ships a
+last time and exits 0. It reads what is durable on local disk — the log,
+checkpoints and pool objects — so it runs beside the workspace's daemon or
+without one, and needs no hook in it.
+
+Order per round: the pool objects the new groups reference (HEAD, then PUT
+if absent; keyed by hash, shared by every workspace and host), the log
+groups (and a checkpoint when the local log no longer holds them), then the
+workspace's head. The remote therefore always restores to some committed
+group. Shipping is asynchronous; its lag is in STATE/workspaces/NAME/
+ship.json and in 'wsfs status'. An unreachable remote is retried with
+backoff; the workspace keeps serving from local disk meanwhile.
+
+The shipper holds the workspace's lease in the bucket (renewed every 10s,
+valid 30s; the host is named by HOME/host-id) and ships only while it does:
+a workspace another host serves is refused with the holder and the lease's
+age. Its head is written with conditional PUTs, so a host that lost the
+workspace can never overwrite the new owner's head.
+
+Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or the
+config's credentials_file); they are never logged.`
+
+// openRemote returns the host's remote store, or a precondition error when
+// the host has none.
+func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, *remote.S3, error) {
+	var cfg remote.Config
+	var err error
+	if from != "" {
+		cfg, err = remote.ParseURL(from)
+		if err != nil {
+			return cfg, nil, usageError{err.Error()}
+		}
+		// Credentials file and profile are host settings.
+		if hc, err := remote.ReadConfig(h); err == nil {
+			cfg.CredentialsFile, cfg.Profile, cfg.LeaseTTLSeconds = hc.CredentialsFile, hc.Profile, hc.LeaseTTLSeconds
+		}
+	} else {
+		cfg, err = remote.ReadConfig(h)
+		if err != nil {
+			return cfg, nil, err
+		}
+		if !cfg.Enabled() {
+			return cfg, nil, preconditionError{fmt.Errorf("host %s has no remote tier: add a \"remote\" section to %s/%s (see README, \"Remote tier\")", h.Home(), h.Home(), host.ConfigFile)}
+		}
+	}
+	st, err := remote.OpenS3(ctx, cfg)
+	if err != nil {
+		return cfg, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := st.Check(cctx); err != nil {
+		return cfg, nil, err
+	}
+	return cfg, st, nil
+}
+
+func shipOptions(h *host.Host, name string, cfg remote.Config, st remote.Store, lg *slog.Logger) (ship.Options, error) {
+	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
+	if err != nil {
+		return ship.Options{}, err
+	}
+	id, err := remote.HostID(h)
+	if err != nil {
+		return ship.Options{}, err
+	}
+	return ship.Options{Dir: h.WorkspaceDir(name), Name: name, Pool: p, Store: st, Logger: lg, HostID: id, LeaseTTL: cfg.LeaseTTL()}, nil
+}
+
+func runShip(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "ship", "NAME", shipAbout)
+	g.homeFlag(fs)
+	interval := fs.Duration("interval", 50*time.Millisecond, "how often to look for newly committed groups")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{"expected one workspace NAME"}
+	}
+	name := fs.Arg(0)
+	h, err := openHostChecked(g.home, name)
+	if err != nil {
+		return err
+	}
+	lg := slog.New(slog.NewTextHandler(g.stderr, nil))
+	cfg, st, err := openRemote(ctx, h, "")
+	if err != nil {
+		return err
+	}
+	lk, err := ship.Lock(vfs.Default, h.WorkspaceDir(name))
+	if errors.Is(err, vfs.ErrLocked) {
+		return preconditionError{fmt.Errorf("workspace %s already has a shipper (its lock %s/%s is held)", name, h.WorkspaceDir(name), ship.LockName)}
+	}
+	if err != nil {
+		return err
+	}
+	defer lk.Close()
+	opts, err := shipOptions(h, name, cfg, st, lg)
+	if err != nil {
+		return err
+	}
+	lg.Info("ship: shipping", "workspace", name, "remote", st.String())
+	return ship.New(opts).Run(ctx, ship.RunOptions{Interval: *interval, WriteStatus: true})
+}

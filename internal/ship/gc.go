@@ -1,0 +1,137 @@
+package ship
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+	"wsfs/internal/remote"
+)
+
+// DefaultGCGrace is remote GC's default grace period: nothing younger is
+// ever removed.
+const DefaultGCGrace = 24 * time.Hour
+
+// MinGCGrace is the shortest grace GC accepts: it must be far longer than
+// any shipping round, and at least twice the shippers' RefreshAfter.
+const MinGCGrace = time.Hour
+
+// GCStats describe a remote GC.
+type GCStats struct {
+	Workspaces        int   // heads marked
+	Referenced        int   // objects their trees reference
+	ObjectsDeleted    int   // unreferenced objects older than the grace
+	ObjectsKept       int   // unreferenced but younger than the grace
+	LogFilesDeleted   int   // superseded batches and checkpoints
+	BytesDeleted      int64 // of both
+	LogFilesKept      int   // superseded but younger than the grace
+	LogFilesReferring int   // named by a head
+}
+
+// GC removes from the bucket what no workspace head needs: objects that no
+// head's tree references, and log batches and checkpoints that no head
+// names, each only once it is older than grace (now is the clock).
+//
+// Safety: the mark reads every head and rebuilds its tree (as Pull does);
+// any error stops GC before it deletes anything. A shipper uploads the
+// objects, batches and checkpoint a head names before that head, within
+// one round (far shorter than the grace), so whatever a head written after
+// the mark will name is younger than the grace — except objects the
+// shipper found present from long ago: those it uploads again when they
+// are older than RefreshAfter (half the default grace), which makes them
+// young. A pull that read a head just before GC removed a batch that head
+// named (superseded since) fails with "missing" and is retried. The agent
+// state replicas (P/agent/) are Litestream's and left alone. With dryRun
+// nothing is deleted.
+func GC(ctx context.Context, st remote.Store, grace time.Duration, now time.Time, dryRun bool) (GCStats, error) {
+	var stats GCStats
+	if grace < MinGCGrace {
+		return stats, fmt.Errorf("remote gc: grace %v is shorter than the minimum %v", grace, MinGCGrace)
+	}
+	files, err := st.ListInfo(ctx, "workspaces/")
+	if err != nil {
+		return stats, err
+	}
+	named := map[string]bool{}
+	refs := map[pool.ID]bool{}
+	for _, f := range files {
+		name, ok := strings.CutSuffix(strings.TrimPrefix(f.Key, "workspaces/"), "/head")
+		if !ok || strings.Contains(name, "/") {
+			continue
+		}
+		h, found, err := ReadHead(ctx, st, name)
+		if err != nil {
+			return stats, fmt.Errorf("remote gc: mark %s: %w", name, err)
+		}
+		if !found {
+			continue
+		}
+		tree, _, _, _, err := restoreTree(ctx, st, name, h)
+		if err != nil {
+			return stats, fmt.Errorf("remote gc: mark %s: %w", name, err)
+		}
+		stats.Workspaces++
+		if h.Checkpoint != nil {
+			named[h.Checkpoint.Key] = true
+		}
+		for _, b := range h.Batches {
+			named[b.Key] = true
+		}
+		for _, n := range tree.Inodes() {
+			if n.IsReg() {
+				n.Content.Objects(func(id namespace.ObjectID) { refs[pool.ID(id)] = true })
+			}
+		}
+	}
+	stats.Referenced = len(refs)
+	old := func(i remote.Info) bool { return now.Sub(i.Modified) > grace }
+	del := func(i remote.Info) error {
+		stats.BytesDeleted += i.Size
+		if dryRun {
+			return nil
+		}
+		return st.Delete(ctx, i.Key)
+	}
+	for _, f := range files {
+		rest := strings.TrimPrefix(f.Key, "workspaces/")
+		_, sub, _ := strings.Cut(rest, "/")
+		if !strings.HasPrefix(sub, "log/") && !strings.HasPrefix(sub, "checkpoint/") {
+			continue // heads, leases
+		}
+		switch {
+		case named[f.Key]:
+			stats.LogFilesReferring++
+		case !old(f):
+			stats.LogFilesKept++
+		default:
+			if err := del(f); err != nil {
+				return stats, err
+			}
+			stats.LogFilesDeleted++
+		}
+	}
+	objs, err := st.ListInfo(ctx, "objects/")
+	if err != nil {
+		return stats, err
+	}
+	for _, o := range objs {
+		id, err := pool.ParseID(strings.TrimPrefix(o.Key, "objects/"))
+		if err != nil {
+			continue // not ours
+		}
+		switch {
+		case refs[id]:
+		case !old(o):
+			stats.ObjectsKept++
+		default:
+			if err := del(o); err != nil {
+				return stats, err
+			}
+			stats.ObjectsDeleted++
+		}
+	}
+	return stats, nil
+}

@@ -1,0 +1,120 @@
+package ship
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"wsfs/internal/remote"
+)
+
+// PushedName is the marker `wsfs push` leaves in the workspace directory:
+// the workspace was released to the remote, and this host's copy is no
+// longer shipped (nor may it take the lease back by itself).
+const PushedName = "pushed"
+
+// DefaultLeaseTTL is how long a lease lasts without renewal.
+const DefaultLeaseTTL = 30 * time.Second
+
+// Lease is the object workspaces/NAME/lease: which host serves the
+// workspace. It is written only with conditional PUTs (create-if-absent,
+// replace-if-unchanged), so two hosts can never both believe they took it.
+type Lease struct {
+	Holder   string    `json:"holder"` // host id (remote.HostID)
+	Hostname string    `json:"hostname"`
+	Acquired time.Time `json:"acquired"`
+	Renewed  time.Time `json:"renewed"`
+	Expires  time.Time `json:"expires"`
+	Released bool      `json:"released,omitempty"`
+}
+
+// LeaseKey is the key of workspace name's lease.
+func LeaseKey(name string) string { return remote.WorkspaceKey(name, "lease") }
+
+// LeaseError reports a lease held by another host.
+type LeaseError struct {
+	Workspace string
+	Lease     Lease
+	Now       time.Time
+}
+
+func (e *LeaseError) Error() string {
+	l := e.Lease
+	age := e.Now.Sub(l.Renewed).Round(time.Second)
+	if e.Now.Before(l.Expires) {
+		return fmt.Sprintf("workspace %s is served by host %s (%s): lease taken %s, renewed %s ago, expires in %s; push it from that host first",
+			e.Workspace, l.Holder, l.Hostname, l.Acquired.Format(time.RFC3339), age, l.Expires.Sub(e.Now).Round(time.Second))
+	}
+	return fmt.Sprintf("workspace %s is leased by host %s (%s), renewed %s ago and expired %s ago; if that host is gone, take it over with --steal",
+		e.Workspace, l.Holder, l.Hostname, age, e.Now.Sub(l.Expires).Round(time.Second))
+}
+
+// ErrLeaseLost is wrapped when a renewal finds the lease changed under us.
+var ErrLeaseLost = errors.New("lease lost")
+
+// AcquireLease takes or renews workspace name's lease for hostID: a lease
+// that is absent, released, or already this host's is (re)written with a
+// conditional PUT; one held by another host is a *LeaseError, unless
+// steal is set and it has expired. It returns the lease's ETag.
+func AcquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl time.Duration, steal bool, now time.Time) (string, error) {
+	if ttl <= 0 {
+		ttl = DefaultLeaseTTL
+	}
+	hn, _ := os.Hostname()
+	b, etag, err := st.GetETag(ctx, LeaseKey(name))
+	nl := Lease{Holder: hostID, Hostname: hn, Acquired: now.UTC(), Renewed: now.UTC(), Expires: now.Add(ttl).UTC()}
+	switch {
+	case errors.Is(err, remote.ErrNotFound):
+		etag = ""
+	case err != nil:
+		return "", err
+	default:
+		var l Lease
+		if err := json.Unmarshal(b, &l); err != nil {
+			return "", fmt.Errorf("lease %s in %s is not valid JSON: %w", LeaseKey(name), st, err)
+		}
+		switch {
+		case l.Released:
+		case l.Holder == hostID:
+			nl.Acquired = l.Acquired
+		case now.Before(l.Expires) || !steal:
+			return "", &LeaseError{Workspace: name, Lease: l, Now: now}
+		}
+	}
+	nb, _ := json.MarshalIndent(nl, "", "  ")
+	ne, err := st.PutIf(ctx, LeaseKey(name), nb, etag)
+	if errors.Is(err, remote.ErrPrecondition) {
+		return "", fmt.Errorf("workspace %s: another host wrote the lease at the same moment: %w", name, err)
+	}
+	return ne, err
+}
+
+// ReleaseLease marks hostID's lease of workspace name released, so another
+// host can take it without --steal. A lease of another host is a
+// *LeaseError.
+func ReleaseLease(ctx context.Context, st remote.Store, name, hostID string, now time.Time) error {
+	b, etag, err := st.GetETag(ctx, LeaseKey(name))
+	if errors.Is(err, remote.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var l Lease
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("lease %s in %s is not valid JSON: %w", LeaseKey(name), st, err)
+	}
+	if l.Released {
+		return nil
+	}
+	if l.Holder != hostID {
+		return &LeaseError{Workspace: name, Lease: l, Now: now}
+	}
+	l.Released, l.Renewed = true, now.UTC()
+	nb, _ := json.MarshalIndent(l, "", "  ")
+	_, err = st.PutIf(ctx, LeaseKey(name), nb, etag)
+	return err
+}

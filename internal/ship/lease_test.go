@@ -1,0 +1,107 @@
+package ship
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"wsfs/internal/remote/s3test"
+)
+
+// TestLease: one holder at a time; a live lease of another host is
+// refused naming it; an expired one only with steal; renew and release by
+// the holder only; a shipper that lost its lease stops shipping.
+func TestLease(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "lease")
+	ctx := context.Background()
+	t0 := time.Now()
+	ttl := 10 * time.Second
+	if _, err := AcquireLease(ctx, st, "ws", "host-a", ttl, false, t0); err != nil {
+		t.Fatal(err)
+	}
+	var le *LeaseError
+	_, err := AcquireLease(ctx, st, "ws", "host-b", ttl, true, t0.Add(time.Second))
+	if !errors.As(err, &le) || le.Lease.Holder != "host-a" || !strings.Contains(err.Error(), "served by host host-a") {
+		t.Fatalf("B while A's lease is live (even with steal): %v", err)
+	}
+	if _, err := AcquireLease(ctx, st, "ws", "host-a", ttl, false, t0.Add(2*time.Second)); err != nil {
+		t.Fatalf("A renews: %v", err)
+	}
+	late := t0.Add(2*time.Second + ttl + time.Second)
+	if _, err := AcquireLease(ctx, st, "ws", "host-b", ttl, false, late); !errors.As(err, &le) || !strings.Contains(err.Error(), "--steal") {
+		t.Fatalf("B after expiry without steal: %v", err)
+	}
+	if _, err := AcquireLease(ctx, st, "ws", "host-b", ttl, true, late); err != nil {
+		t.Fatalf("B steals the expired lease: %v", err)
+	}
+	if err := ReleaseLease(ctx, st, "ws", "host-a", late); !errors.As(err, &le) {
+		t.Fatalf("A releases B's lease: %v", err)
+	}
+	// A's shipper now refuses to ship.
+	e := newEnv(t, 8)
+	defer e.ws.Close()
+	e.step()
+	e.commit()
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st, HostID: "host-a", LeaseTTL: ttl})
+	if _, err := sh.Round(ctx); !errors.As(err, &le) {
+		t.Fatalf("A's shipper with B holding the lease: %v", err)
+	}
+	if _, ok, _ := ReadHead(ctx, st, "ws"); ok {
+		t.Fatal("A's shipper wrote a head without the lease")
+	}
+	// B releases; A may take it without steal.
+	if err := ReleaseLease(ctx, st, "ws", "host-b", late); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := sh.Round(ctx); err != nil || g != e.ws.Stats().CommittedGroup {
+		t.Fatalf("A's shipper after B released: group %d, %v", g, err)
+	}
+}
+
+// TestHeadConditional: a head written by another writer is never
+// overwritten: the shipper that finds it changed fails for good. A host
+// whose local copy is older than the remote head refuses to ship.
+func TestHeadConditional(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "cond")
+	ctx := context.Background()
+	e := newEnv(t, 9)
+	defer e.ws.Close()
+	e.step()
+	e.commit()
+	a := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st})
+	if _, err := a.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer (a second shipper of the same log, standing in for
+	// a host that took over) moves the head on.
+	e.step()
+	e.commit()
+	b := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st})
+	gb, err := b.Round(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.step()
+	e.commit()
+	if _, err := a.Round(ctx); err == nil || !strings.Contains(err.Error(), "another writer changed the remote head") {
+		t.Fatalf("a's round after b wrote the head: %v", err)
+	}
+	if h, _, _ := ReadHead(ctx, st, "ws"); h.Group != gb {
+		t.Fatalf("head at group %d after the refused round, want b's %d", h.Group, gb)
+	}
+	if _, err := a.Round(ctx); err == nil {
+		t.Fatal("the failure is not sticky")
+	}
+
+	// A fresh local workspace (older than the remote) refuses to ship.
+	f := newEnv(t, 10)
+	defer f.ws.Close()
+	c := New(Options{Dir: f.dir(), Name: "ws", Pool: f.pool, Store: st})
+	if _, err := c.Round(ctx); err == nil || !strings.Contains(err.Error(), "older than the remote") {
+		t.Fatalf("stale local copy: %v", err)
+	}
+}

@@ -1,0 +1,293 @@
+package ship
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+	"wsfs/internal/remote"
+	"wsfs/internal/seglog"
+	"wsfs/internal/vfs"
+)
+
+// ErrNotShipped is wrapped by Pull when the remote has no head for the
+// workspace (nothing was ever shipped).
+var ErrNotShipped = errors.New("nothing shipped")
+
+// PullOptions configure Pull.
+type PullOptions struct {
+	FS    vfs.FS // default vfs.Default
+	Store remote.Store
+	Name  string // the workspace in the bucket
+	// Dir is the workspace directory to create (STATE/workspaces/NAME);
+	// it must not exist. Pull builds it beside, as Dir's parent/.wsfs-pull-NAME,
+	// and renames it into place last, so a workspace exists only whole.
+	Dir  string
+	Pool *pool.Pool
+	// Parallel object downloads (default 8).
+	Parallel int
+}
+
+// PullResult describes a finished Pull.
+type PullResult struct {
+	Group       uint64 // the group the workspace was restored to
+	Inodes      int
+	Objects     int   // objects the tree references
+	Fetched     int   // of them, downloaded (the rest were in the local pool)
+	BytesGot    int64 // bytes downloaded (objects, checkpoint, log)
+	FromGroup   uint64
+	Checkpoint  uint64 // the remote checkpoint's group (0: none)
+	BatchesRead int
+}
+
+// CorruptRemoteError reports a remote file whose bytes do not verify.
+type CorruptRemoteError struct {
+	Store  string
+	Key    string
+	Reason string
+}
+
+func (e *CorruptRemoteError) Error() string {
+	return fmt.Sprintf("remote %s: %s is corrupt: %s (wsfs will not restore from it; repair or re-ship it from a host that has it)", e.Store, e.Key, e.Reason)
+}
+
+// Pull restores workspace Name from the remote into Dir: it reads the head,
+// the checkpoint and the batches it names (each verified), replays them
+// into the tree, downloads every object the tree references into the local
+// pool (each verified against its hash: a corrupt object is a
+// *CorruptRemoteError naming it, never wrong bytes), syncs them, and
+// writes a checkpoint of the tree at the head's group plus an empty log
+// that continues after it. The daemon then recovers it like any other
+// workspace.
+func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 8
+	}
+	var res PullResult
+	st := opts.Store
+	if _, err := opts.FS.Stat(opts.Dir); err == nil {
+		return res, fmt.Errorf("pull %s: %s exists: remove the local workspace first (wsfs rm %s)", opts.Name, opts.Dir, opts.Name)
+	}
+	h, ok, err := ReadHead(ctx, st, opts.Name)
+	if err != nil {
+		return res, err
+	}
+	if !ok {
+		return res, fmt.Errorf("pull %s: %s holds no workspace %q (no %s): %w", opts.Name, st, opts.Name, HeadKey(opts.Name), ErrNotShipped)
+	}
+	tree, at, got, nb, err := restoreTree(ctx, st, opts.Name, h)
+	res.BytesGot, res.BatchesRead = got, nb
+	if h.Checkpoint != nil {
+		res.Checkpoint = h.Checkpoint.Group
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Group, res.Inodes = at, tree.Len()
+
+	// Objects.
+	ids := map[pool.ID]struct{}{}
+	for _, n := range tree.Inodes() {
+		if n.IsReg() {
+			n.Content.Objects(func(id namespace.ObjectID) { ids[pool.ID(id)] = struct{}{} })
+		}
+	}
+	res.Objects = len(ids)
+	list := make([]pool.ID, 0, len(ids))
+	for id := range ids {
+		list = append(list, id)
+	}
+	var fetched, fetchedBytes atomic.Int64
+	if err := parallel(ctx, opts.Parallel, list, func(ctx context.Context, id pool.ID) error {
+		if _, err := opts.Pool.ReadAll(id); err == nil {
+			return nil // already local (and verified)
+		}
+		n, err := fetchObject(ctx, st, opts.Pool, id)
+		if err != nil {
+			return err
+		}
+		fetched.Add(1)
+		fetchedBytes.Add(int64(n))
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	res.Fetched, res.BytesGot = int(fetched.Load()), res.BytesGot+fetchedBytes.Load()
+	if err := opts.Pool.SyncObjects(list, 0); err != nil {
+		return res, fmt.Errorf("pull %s: sync fetched objects: %w", opts.Name, err)
+	}
+
+	// The workspace directory, built beside and renamed into place.
+	parent := filepath.Dir(opts.Dir)
+	tmp := filepath.Join(parent, vfs.TempPrefix+"pull-"+filepath.Base(opts.Dir))
+	if err := opts.FS.RemoveAll(tmp); err != nil {
+		return res, err
+	}
+	if err := opts.FS.MkdirAll(filepath.Join(tmp, "log"), vfs.PrivateDir); err != nil {
+		return res, err
+	}
+	if err := seglog.WriteCheckpoint(opts.FS, filepath.Join(tmp, "checkpoint"), at, tree.EncodeCheckpoint()); err != nil {
+		return res, err
+	}
+	// The log continues after the checkpoint: segment 2 (segment 1 must
+	// start at group 1) with no group yet, first group at+1.
+	seq := uint64(2)
+	if at == 0 {
+		seq = 1
+	}
+	seg := seglog.EncodeSegment(seq, at+1, nil)
+	if err := vfs.Publish(opts.FS, filepath.Join(tmp, "log", seglog.SegmentName(seq)), true, func(f vfs.File) error {
+		_, err := f.Write(seg)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	for _, d := range []string{filepath.Join(tmp, "log"), tmp} {
+		if err := vfs.SyncDir(opts.FS, d); err != nil {
+			return res, err
+		}
+	}
+	if err := opts.FS.Rename(tmp, opts.Dir); err != nil {
+		return res, err
+	}
+	if err := vfs.SyncDir(opts.FS, parent); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// fetchObject downloads object id, verifies it and puts it into the pool
+// (unsynced; the caller syncs).
+func fetchObject(ctx context.Context, st remote.Store, p *pool.Pool, id pool.ID) (int, error) {
+	key := remote.ObjectKey(id.String())
+	data, err := st.Get(ctx, key)
+	if errors.Is(err, remote.ErrNotFound) {
+		return 0, fmt.Errorf("remote %s: object %s is missing, yet the workspace references it: %w", st, key, err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if got := pool.Sum(data); got != id {
+		return 0, &CorruptRemoteError{Store: st.String(), Key: key, Reason: fmt.Sprintf("its %d bytes hash to %s", len(data), got)}
+	}
+	if got, _, err := p.Put(data); err != nil {
+		return 0, err
+	} else if got != id {
+		return 0, fmt.Errorf("pool put of %s stored %s", id, got)
+	}
+	return len(data), nil
+}
+
+// parallel runs fn over items with n workers; the first error cancels the
+// rest and is returned.
+func parallel[T any](ctx context.Context, n int, items []T, fn func(context.Context, T) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan T)
+	var once sync.Once
+	var first error
+	var wg sync.WaitGroup
+	for range min(n, len(items)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range work {
+				if err := fn(ctx, it); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		}()
+	}
+feed:
+	for _, it := range items {
+		select {
+		case work <- it:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// restoreTree rebuilds the tree head h names: its checkpoint (or an empty
+// tree) and every group of its batches after it, each file verified. It
+// returns the tree, its group, the bytes read and the batches read.
+func restoreTree(ctx context.Context, st remote.Store, name string, h Head) (tree *namespace.Tree, at uint64, got int64, nread int, err error) {
+	tree = namespace.New(0o755, uint32(os.Getuid()), uint32(os.Getgid()), 0)
+	if h.Checkpoint != nil {
+		b, err := st.Get(ctx, h.Checkpoint.Key)
+		if err != nil {
+			return nil, 0, got, nread, err
+		}
+		got += int64(len(b))
+		p, err := seglog.DecodeCheckpointFile(h.Checkpoint.Key, h.Checkpoint.Group, b)
+		if err != nil {
+			return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: h.Checkpoint.Key, Reason: err.Error()}
+		}
+		if tree, err = namespace.DecodeCheckpoint(p); err != nil {
+			return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: h.Checkpoint.Key, Reason: err.Error()}
+		}
+		at = h.Checkpoint.Group
+	}
+	for _, bt := range h.Batches {
+		if bt.Last <= at {
+			continue
+		}
+		b, err := st.Get(ctx, bt.Key)
+		if err != nil {
+			return nil, 0, got, nread, err
+		}
+		got += int64(len(b))
+		nread++
+		first, last, err := seglog.DecodeSegment(bt.Key, b, func(g uint64, records [][]byte) error {
+			if g <= at {
+				return nil
+			}
+			if g != at+1 {
+				return fmt.Errorf("group %d follows group %d", g, at)
+			}
+			for i, data := range records {
+				r, err := namespace.DecodeRecord(data)
+				if err == nil {
+					r.Content.Inline = bytes.Clone(r.Content.Inline)
+					r.Value = bytes.Clone(r.Value)
+					err = tree.Apply(r)
+				}
+				if err != nil {
+					return fmt.Errorf("group %d record %d: %w", g, i, err)
+				}
+			}
+			at = g
+			return nil
+		})
+		if err == nil && (first != bt.First || last != bt.Last) {
+			err = fmt.Errorf("holds groups %d-%d, the head says %d-%d", first, last, bt.First, bt.Last)
+		}
+		if err != nil {
+			return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: bt.Key, Reason: err.Error()}
+		}
+	}
+	if at != h.Group {
+		return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: HeadKey(name),
+			Reason: fmt.Sprintf("names group %d, but its checkpoint and batches end at group %d", h.Group, at)}
+	}
+	if err := tree.Check(); err != nil {
+		return nil, 0, got, nread, &CorruptRemoteError{Store: st.String(), Key: HeadKey(name), Reason: "restored tree: " + err.Error()}
+	}
+	return tree, at, got, nread, nil
+}

@@ -1,0 +1,95 @@
+// Package ship copies a workspace's committed state to the remote tier and
+// brings it back on another host (Pull).
+//
+// # The shipper reads from disk
+//
+// A Shipper needs no hook in the daemon: it reads the workspace's durable
+// state the way a second reader of the log would — the segment files
+// (seglog.Tail: complete groups only, tolerating appends, rollover and the
+// deletion of segments after a checkpoint), the checkpoint files and the
+// pool objects — so it runs as its own process (`wsfs ship NAME`) or
+// goroutine, next to a running daemon or with none.
+//
+// A group read from the active segment may not be durable yet (the daemon
+// appends, then syncs). After reading, the shipper fdatasyncs the segment
+// it read from; only groups read before a successful sync are shipped. A
+// failed sync fails the shipper for good (fsyncgate: a retried sync proves
+// nothing; the daemon's own next sync of that file sees the same error and
+// fails the workspace). Groups in a complete frame never change: the
+// daemon cuts back only incomplete appends (a full disk) and truncates
+// only torn tails, so a shipped group is never rolled back locally.
+//
+// # Order: the remote is never ahead of what a restore can use
+//
+// One round ships, in this order, and each step only after the previous
+// ones returned:
+//
+//  1. the pool objects the round's groups (and checkpoint, if one is
+//     shipped) reference: HEAD, then PUT if absent, keyed by hash
+//     (remote.ObjectKey), so they dedupe across workspaces and hosts;
+//  2. the checkpoint file, when one is needed (the segments holding the
+//     next group were deleted locally, or the head lists too many
+//     batches);
+//  3. the groups, re-framed as segment files (log/<first>-<last>.seg);
+//  4. the head (workspaces/NAME/head), naming the checkpoint and the
+//     batches that bring it to the last shipped group.
+//
+// A restore reads only what the head names, so a crash or an error between
+// any two uploads leaves the previous head, whose every referenced file and
+// object was uploaded before it: the remote restores to the last shipped
+// group, a committed prefix of the workspace. Uploads are idempotent (a
+// batch key names its groups, which never change; an object key names its
+// bytes), so a round that failed half-way is simply redone.
+//
+// Objects are not deleted from the bucket by the shipper; superseded
+// batches and checkpoints are left for a remote GC (docs/architecture.md,
+// "Remote tier").
+package ship
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// HeadVersion is the format version of the head object.
+const HeadVersion = 1
+
+// Head is the per-workspace head object (JSON): what a restore of the
+// workspace reads, and the only object the shipper ever overwrites.
+type Head struct {
+	Version   int    `json:"version"`
+	Workspace string `json:"workspace"`
+	// Group is the last group a restore yields (0: an empty workspace).
+	Group uint64 `json:"group"`
+	// Checkpoint, if set, is the starting state: the tree at the end of
+	// its group. Without one a restore starts from an empty tree.
+	Checkpoint *CheckpointRef `json:"checkpoint,omitempty"`
+	// Batches hold the groups after the checkpoint through Group, in
+	// order and contiguous (a batch may start at or before the
+	// checkpoint's group; those groups are skipped).
+	Batches   []Batch   `json:"batches"`
+	ShippedAt time.Time `json:"shipped_at"`
+}
+
+// CheckpointRef names a shipped checkpoint file.
+type CheckpointRef struct {
+	Group uint64 `json:"group"`
+	Key   string `json:"key"`
+	Size  int64  `json:"size"`
+}
+
+// Batch names a shipped run of groups First..Last in segment format.
+type Batch struct {
+	First uint64 `json:"first"`
+	Last  uint64 `json:"last"`
+	Key   string `json:"key"`
+	Size  int64  `json:"size"`
+}
+
+func decodeHead(b []byte) (Head, error) {
+	var h Head
+	if err := json.Unmarshal(b, &h); err != nil {
+		return Head{}, err
+	}
+	return h, nil
+}

@@ -1,0 +1,774 @@
+package ship
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+	"wsfs/internal/remote"
+	"wsfs/internal/seglog"
+	"wsfs/internal/vfs"
+)
+
+// Options configure a Shipper.
+type Options struct {
+	FS    vfs.FS // default vfs.Default
+	Dir   string // the workspace directory, STATE/workspaces/NAME
+	Name  string // the workspace name (its place in the bucket)
+	Pool  *pool.Pool
+	Store remote.Store
+	// BatchBytes bounds one uploaded batch of groups (default 8 MiB; a
+	// single larger group makes one larger batch).
+	BatchBytes int
+	// Parallel object uploads (default 8).
+	Parallel int
+	// CompactBatches: once the head lists this many batches and a newer
+	// local checkpoint exists, the checkpoint is shipped and the head
+	// restarts from it (default 64), so a restore reads a bounded log.
+	CompactBatches int
+	Logger         *slog.Logger
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+	// HostID, if set, makes the shipper hold the workspace's lease in the
+	// bucket (AcquireLease, renewed every LeaseTTL/3) and ship only while
+	// it does. Empty: no lease (tests of the shipping order alone).
+	HostID   string
+	LeaseTTL time.Duration
+	// RefreshAfter: an object found present but older than this is
+	// uploaded again before a head references it, so that remote GC
+	// (whose grace must be at least twice this) never sweeps it. Default
+	// DefaultGCGrace/2.
+	RefreshAfter time.Duration
+}
+
+func (s *Shipper) refreshAfter() time.Duration {
+	if s.opts.RefreshAfter > 0 {
+		return s.opts.RefreshAfter
+	}
+	return DefaultGCGrace / 2
+}
+
+// group is one committed group read from the local log.
+type group struct {
+	n       uint64
+	records [][]byte
+	size    int
+	seenAt  time.Time
+}
+
+// Stats describe a Shipper's progress; Status embeds them.
+type Stats struct {
+	// Shipped is the last group the remote head names.
+	Shipped uint64 `json:"shipped_group"`
+	// Local is the last durable group the shipper has read from the log.
+	Local uint64 `json:"local_group"`
+	// LagSeconds is how long the oldest group not yet shipped has been
+	// durable locally (0 when everything read is shipped), as seen by
+	// the shipper (its polling interval included).
+	LagSeconds float64 `json:"lag_seconds"`
+	// LastLagSeconds is the lag of the last shipped group: from the
+	// moment the shipper saw it durable to the moment the head naming it
+	// was written.
+	LastLagSeconds   float64   `json:"last_lag_seconds"`
+	ObjectsUploaded  int64     `json:"objects_uploaded"`
+	ObjectsPresent   int64     `json:"objects_present"`
+	BytesUploaded    int64     `json:"bytes_uploaded"`
+	Checkpoints      int64     `json:"checkpoints_shipped"`
+	Merges           int64     `json:"batch_merges"`
+	Rounds           int64     `json:"rounds"`
+	LastShippedAt    time.Time `json:"last_shipped_at,omitzero"`
+	LastError        string    `json:"last_error,omitempty"`
+	ConsecutiveFails int       `json:"consecutive_failures,omitempty"`
+}
+
+// Shipper ships one workspace. Round and Stats may not be called
+// concurrently with each other from different goroutines except Stats,
+// which is safe at any time.
+type Shipper struct {
+	opts   Options
+	lg     *slog.Logger
+	logDir string
+	ckDir  string
+
+	head     Head
+	loaded   bool
+	known    map[pool.ID]struct{} // objects known to be in the bucket
+	tails    map[uint64]*seglog.Tail
+	buf      []group // durable groups read but not yet shipped, in order
+	failed   error   // sticky: a local sync failed, or another writer changed the head
+	needCkpt bool    // a referenced object is gone locally: ship a newer checkpoint
+	local    uint64  // last group in the local log (Tail.Last of the newest segment read)
+
+	headETag  string    // of the head as last read or written ("" if absent)
+	lastPut   time.Time // ShippedAt of the last head this shipper tried to write
+	leaseETag string
+	leaseAt   time.Time
+
+	mu    sync.Mutex
+	stats Stats
+	lags  []float64 // seconds, last maxLags shipped groups
+}
+
+const maxLags = 4096
+
+// New returns a Shipper; nothing is read until the first Round.
+func New(opts Options) *Shipper {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.BatchBytes <= 0 {
+		opts.BatchBytes = 8 << 20
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 8
+	}
+	if opts.CompactBatches <= 0 {
+		opts.CompactBatches = 64
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Shipper{opts: opts, lg: opts.Logger.With("workspace", opts.Name, "remote", opts.Store.String()),
+		logDir: filepath.Join(opts.Dir, "log"), ckDir: filepath.Join(opts.Dir, "checkpoint"),
+		known: map[pool.ID]struct{}{}, tails: map[uint64]*seglog.Tail{}}
+}
+
+// HeadKey is the key of workspace name's head.
+func HeadKey(name string) string { return remote.WorkspaceKey(name, "head") }
+
+// Stats returns a copy of the current statistics.
+func (s *Shipper) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	return st
+}
+
+// Shipped returns the last group the remote head names.
+func (s *Shipper) Shipped() uint64 { return s.Stats().Shipped }
+
+// ReadHead returns workspace name's head in st, or found=false if there is
+// none.
+func ReadHead(ctx context.Context, st remote.Store, name string) (Head, bool, error) {
+	h, _, ok, err := readHead(ctx, st, name)
+	return h, ok, err
+}
+
+func readHead(ctx context.Context, st remote.Store, name string) (Head, string, bool, error) {
+	b, etag, err := st.GetETag(ctx, HeadKey(name))
+	if errors.Is(err, remote.ErrNotFound) {
+		return Head{}, "", false, nil
+	}
+	if err != nil {
+		return Head{}, "", false, err
+	}
+	h, err := decodeHead(b)
+	if err != nil {
+		return Head{}, "", false, fmt.Errorf("remote head %s in %s is not valid: %w", HeadKey(name), st, err)
+	}
+	if h.Version != HeadVersion {
+		return Head{}, "", false, fmt.Errorf("remote head %s in %s has format version %d, this wsfs reads version %d", HeadKey(name), st, h.Version, HeadVersion)
+	}
+	return h, etag, true, nil
+}
+
+// Round ships every group that is durable in the local log now, and
+// returns the last shipped group. An error leaves the remote at its
+// previous head (see the package doc); the next Round retries.
+func (s *Shipper) Round(ctx context.Context) (uint64, error) {
+	shipped, err := s.round(ctx)
+	s.mu.Lock()
+	s.stats.Rounds++
+	if err != nil {
+		s.stats.LastError = err.Error()
+		s.stats.ConsecutiveFails++
+	} else {
+		s.stats.LastError = ""
+		s.stats.ConsecutiveFails = 0
+	}
+	s.stats.LagSeconds = 0
+	if len(s.buf) > 0 {
+		s.stats.LagSeconds = s.opts.Now().Sub(s.buf[0].seenAt).Seconds()
+	}
+	s.mu.Unlock()
+	return shipped, err
+}
+
+func (s *Shipper) round(ctx context.Context) (uint64, error) {
+	if s.failed != nil {
+		return s.head.Group, s.failed
+	}
+	// The local log first: its progress (and so the lag) is known even
+	// while the remote cannot be reached.
+	if err := s.read(); err != nil {
+		return s.head.Group, err
+	}
+	if s.opts.HostID != "" {
+		if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Dir, PushedName)); err == nil {
+			return s.head.Group, fmt.Errorf("ship %s: the workspace was pushed from this host (%s exists): it is no longer shipped from here; remove it (wsfs rm) and pull it to serve it here again", s.opts.Name, PushedName)
+		}
+		now := s.opts.Now()
+		ttl := s.opts.LeaseTTL
+		if ttl <= 0 {
+			ttl = DefaultLeaseTTL
+		}
+		if s.leaseETag == "" || now.Sub(s.leaseAt) >= ttl/3 {
+			etag, err := AcquireLease(ctx, s.opts.Store, s.opts.Name, s.opts.HostID, ttl, false, now)
+			if err != nil {
+				s.leaseETag = ""
+				return s.head.Group, err
+			}
+			s.leaseETag, s.leaseAt = etag, now
+		}
+	}
+	if !s.loaded {
+		h, etag, ok, err := readHead(ctx, s.opts.Store, s.opts.Name)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			h = Head{Version: HeadVersion, Workspace: s.opts.Name}
+		}
+		s.head, s.headETag, s.loaded = h, etag, true
+		s.mu.Lock()
+		s.stats.Shipped = h.Group
+		s.mu.Unlock()
+	}
+	if s.head.Group > s.local {
+		return s.head.Group, fmt.Errorf("ship %s: the remote has group %d but the local log ends at group %d: this host's copy is older than the remote's (another host wrote the workspace); remove it (wsfs rm) and pull it again", s.opts.Name, s.head.Group, s.local)
+	}
+	next := s.head.Group + 1
+	// Drop what is already shipped (a restart reads the log from its
+	// first segment).
+	i := 0
+	for i < len(s.buf) && s.buf[i].n < next {
+		i++
+	}
+	s.buf = s.buf[i:]
+
+	var ck *localCheckpoint
+	gap := len(s.buf) > 0 && s.buf[0].n > next
+	compact := (len(s.head.Batches) >= s.opts.CompactBatches || s.needCkpt) && len(s.buf) > 0
+	if gap || compact {
+		c, err := s.latestCheckpoint()
+		if err != nil {
+			return s.head.Group, err
+		}
+		// A usable checkpoint does not go back behind the head and leaves
+		// no hole before the groups read.
+		usable := c != nil && c.group+1 >= next && (len(s.buf) == 0 || c.group+1 >= s.buf[0].n)
+		newer := c != nil && (s.head.Checkpoint == nil || c.group > s.head.Checkpoint.Group)
+		switch {
+		case usable && (gap || newer):
+			ck = c
+		case gap:
+			// The segments holding the next groups are gone and no
+			// checkpoint covers them yet (the daemon publishes it before
+			// deleting): read the directory again next round.
+			s.tails = map[uint64]*seglog.Tail{}
+			s.buf = nil
+			return s.head.Group, fmt.Errorf("ship %s: the local log starts after group %d and no checkpoint covers the gap yet; retrying", s.opts.Name, next)
+		}
+	}
+	if ck == nil && len(s.buf) == 0 {
+		return s.head.Group, nil
+	}
+	var groups []group
+	for _, g := range s.buf {
+		if ck == nil || g.n > ck.group {
+			groups = append(groups, g)
+		}
+	}
+
+	// 1. Objects.
+	ids := map[pool.ID]struct{}{}
+	if ck != nil {
+		for _, n := range ck.tree.Inodes() {
+			if n.IsReg() {
+				n.Content.Objects(func(id namespace.ObjectID) { ids[pool.ID(id)] = struct{}{} })
+			}
+		}
+	}
+	for _, g := range groups {
+		for i, data := range g.records {
+			r, err := namespace.DecodeRecord(data)
+			if err != nil {
+				return s.head.Group, fmt.Errorf("ship %s: group %d record %d: %w", s.opts.Name, g.n, i, err)
+			}
+			if r.Op == namespace.OpSetContent {
+				r.Content.Objects(func(id namespace.ObjectID) { ids[pool.ID(id)] = struct{}{} })
+			}
+		}
+	}
+	if err := s.uploadObjects(ctx, ids); err != nil {
+		var me *pool.MissingObjectError
+		if errors.As(err, &me) {
+			// Local GC removed an object these groups reference (the
+			// shipper lagged by more than its grace): only a newer
+			// checkpoint, which no longer references it, can move on.
+			s.needCkpt = true
+		}
+		return s.head.Group, err
+	}
+	s.needCkpt = false
+
+	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Checkpoint: s.head.Checkpoint, Batches: s.head.Batches}
+	// 2. Checkpoint.
+	if ck != nil {
+		key := remote.WorkspaceKey(s.opts.Name, "checkpoint/"+seglog.CheckpointName(ck.group))
+		if err := s.opts.Store.Put(ctx, key, ck.file); err != nil {
+			return s.head.Group, err
+		}
+		nh.Checkpoint = &CheckpointRef{Group: ck.group, Key: key, Size: int64(len(ck.file))}
+		nh.Batches = nil
+		nh.Group = ck.group
+		for _, b := range s.head.Batches {
+			if b.Last > ck.group {
+				nh.Batches = append(nh.Batches, b)
+				nh.Group = b.Last
+			}
+		}
+		if nh.Group < s.head.Group {
+			nh.Group = s.head.Group
+		}
+		s.mu.Lock()
+		s.stats.Checkpoints++
+		s.stats.BytesUploaded += int64(len(ck.file))
+		s.mu.Unlock()
+	} else {
+		nh.Group = s.head.Group
+	}
+	// 3. Batches.
+	bs, err := s.uploadBatches(ctx, groups)
+	if err != nil {
+		return s.head.Group, err
+	}
+	for _, b := range bs {
+		nh.Batches = append(nh.Batches, b)
+		nh.Group = b.Last
+	}
+	// 4. Head.
+	if err := s.putHead(ctx, &nh); err != nil {
+		return s.head.Group, err
+	}
+	s.head = nh
+	now := s.opts.Now()
+	i = 0
+	var lastSeen time.Time
+	s.mu.Lock()
+	for i < len(s.buf) && s.buf[i].n <= nh.Group {
+		lastSeen = s.buf[i].seenAt
+		s.lags = append(s.lags, now.Sub(lastSeen).Seconds())
+		i++
+	}
+	if len(s.lags) > maxLags {
+		s.lags = append(s.lags[:0], s.lags[len(s.lags)-maxLags:]...)
+	}
+	s.buf = s.buf[i:]
+	s.stats.Shipped = nh.Group
+	s.stats.LastShippedAt = now
+	if !lastSeen.IsZero() {
+		s.stats.LastLagSeconds = now.Sub(lastSeen).Seconds()
+	}
+	s.mu.Unlock()
+	s.lg.Debug("shipped", "group", nh.Group, "checkpoint", ck != nil)
+	if len(s.head.Batches) >= s.opts.CompactBatches {
+		// No newer checkpoint to restart from (else it would have been
+		// shipped above): merge the head's batches instead, so the head
+		// and a restore stay bounded. A failure only leaves the longer
+		// (valid) head in place.
+		if err := s.mergeBatches(ctx); err != nil {
+			s.lg.Warn("ship: merging the head's log batches failed; will retry", "err", err)
+		}
+	}
+	return s.head.Group, nil
+}
+
+// uploadBatches uploads groups (contiguous, ascending) as segment-format
+// batches of at most BatchBytes each (a larger group makes one larger
+// batch) and returns them in order.
+func (s *Shipper) uploadBatches(ctx context.Context, groups []group) ([]Batch, error) {
+	var out []Batch
+	for len(groups) > 0 {
+		n, size := 0, 0
+		for n < len(groups) && (n == 0 || size+groups[n].size <= s.opts.BatchBytes) {
+			size += groups[n].size
+			n++
+		}
+		b := groups[:n]
+		groups = groups[n:]
+		recs := make([][][]byte, len(b))
+		for i, g := range b {
+			recs[i] = g.records
+		}
+		first, last := b[0].n, b[len(b)-1].n
+		data := seglog.EncodeSegment(first, first, recs)
+		key := remote.WorkspaceKey(s.opts.Name, fmt.Sprintf("log/%020d-%020d.seg", first, last))
+		if err := s.opts.Store.Put(ctx, key, data); err != nil {
+			return nil, err
+		}
+		out = append(out, Batch{First: first, Last: last, Key: key, Size: int64(len(data))})
+		s.mu.Lock()
+		s.stats.BytesUploaded += int64(len(data))
+		s.mu.Unlock()
+	}
+	return out, nil
+}
+
+// putHead writes nh as the head; nothing it names may be uploaded after.
+// The PUT is conditional on the head this shipper last read or wrote, so
+// a head written by anyone else (another host that took the workspace
+// over) is never overwritten: that fails the shipper for good.
+func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
+	nh.ShippedAt = s.opts.Now().UTC()
+	hb, err := json.MarshalIndent(nh, "", " ")
+	if err != nil {
+		return err
+	}
+	prev := s.lastPut
+	s.lastPut = nh.ShippedAt // before the PUT: its answer may be lost
+	etag, err := s.opts.Store.PutIf(ctx, HeadKey(s.opts.Name), hb, s.headETag)
+	if errors.Is(err, remote.ErrPrecondition) {
+		// An earlier PUT of ours may have succeeded with its answer lost:
+		// then the head is the one we tried to write last time.
+		cur, cetag, ok, rerr := readHead(ctx, s.opts.Store, s.opts.Name)
+		if rerr != nil {
+			return rerr
+		}
+		switch {
+		case ok && cur.ShippedAt.Equal(nh.ShippedAt):
+			etag, err = cetag, nil
+		case ok && !prev.IsZero() && cur.ShippedAt.Equal(prev):
+			s.headETag = cetag
+			return s.putHead(ctx, nh)
+		default:
+			s.failed = fmt.Errorf("ship %s: another writer changed the remote head %s (now at group %d): this host no longer owns the workspace; stop its daemon, and pull it again to serve it here: %w", s.opts.Name, HeadKey(s.opts.Name), cur.Group, err)
+			return s.failed
+		}
+	}
+	if err != nil {
+		return err
+	}
+	s.headETag = etag
+	s.mu.Lock()
+	s.stats.BytesUploaded += int64(len(hb))
+	s.mu.Unlock()
+	return nil
+}
+
+// mergeBatches merges the head's trailing run of small batches (those
+// under half of BatchBytes: one per round of a trickle of commits) into
+// full ones: it re-reads their groups from the local log (durable and
+// shipped already), uploads them, and writes a head naming the merged
+// batches instead. Earlier, full batches are kept as they are, so a merge
+// uploads only the recent small batches again. If the local log no longer
+// holds those groups, a newer local checkpoint exists and the next round
+// ships it instead.
+func (s *Shipper) mergeBatches(ctx context.Context) error {
+	i := len(s.head.Batches)
+	for i > 0 && s.head.Batches[i-1].Size < int64(s.opts.BatchBytes/2) {
+		i--
+	}
+	if len(s.head.Batches)-i < max(2, s.opts.CompactBatches/2) {
+		return nil // not enough small batches to be worth it
+	}
+	keep := s.head.Batches[:i]
+	from := s.head.Batches[i].First - 1
+	if s.head.Checkpoint != nil && s.head.Checkpoint.Group > from {
+		from = s.head.Checkpoint.Group
+	}
+	seqs, err := seglog.ListSegments(s.opts.FS, s.logDir)
+	if err != nil {
+		return err
+	}
+	var groups []group
+	for _, q := range seqs {
+		_, err := seglog.NewTail(s.opts.FS, s.logDir, q).Next(func(g uint64, recs [][]byte) error {
+			if g <= from || g > s.head.Group {
+				return nil
+			}
+			if len(groups) > 0 && g != groups[len(groups)-1].n+1 {
+				return fmt.Errorf("group %d follows %d", g, groups[len(groups)-1].n)
+			}
+			size := 25
+			for _, r := range recs {
+				size += len(r) + 9
+			}
+			groups = append(groups, group{n: g, records: recs, size: size})
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("merge batches: read %s: %w", seglog.SegmentName(q), err)
+		}
+	}
+	if len(groups) == 0 || groups[0].n != from+1 || groups[len(groups)-1].n != s.head.Group {
+		return nil // the local log moved on (a checkpoint); the next round handles it
+	}
+	total := 0
+	for _, g := range groups {
+		total += g.size
+	}
+	if total/s.opts.BatchBytes+1 > (len(s.head.Batches)-i)/2 {
+		return nil // merging would not halve the small batches
+	}
+	bs, err := s.uploadBatches(ctx, groups)
+	if err != nil {
+		return err
+	}
+	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint,
+		Batches: append(append([]Batch(nil), keep...), bs...)}
+	if err := s.putHead(ctx, &nh); err != nil {
+		return err
+	}
+	s.lg.Debug("ship: merged log batches", "from", len(s.head.Batches), "to", len(bs))
+	s.head = nh
+	s.mu.Lock()
+	s.stats.Merges++
+	s.mu.Unlock()
+	return nil
+}
+
+// read appends the durable groups appended to the log since the last call
+// to s.buf.
+func (s *Shipper) read() error {
+	seqs, err := seglog.ListSegments(s.opts.FS, s.logDir)
+	if err != nil {
+		return err
+	}
+	live := map[uint64]bool{}
+	for _, q := range seqs {
+		live[q] = true
+		if s.tails[q] == nil {
+			s.tails[q] = seglog.NewTail(s.opts.FS, s.logDir, q)
+		}
+	}
+	for q := range s.tails {
+		if !live[q] {
+			delete(s.tails, q)
+		}
+	}
+	order := make([]uint64, 0, len(s.tails))
+	for q := range s.tails {
+		order = append(order, q)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	var fresh []group
+	var readFrom []*seglog.Tail
+	now := s.opts.Now()
+	for _, q := range order {
+		t := s.tails[q]
+		n, err := t.Next(func(g uint64, recs [][]byte) error {
+			size := 0
+			for _, r := range recs {
+				size += len(r) + 9
+			}
+			fresh = append(fresh, group{n: g, records: recs, size: size + 25, seenAt: now})
+			return nil
+		})
+		if errors.Is(err, seglog.ErrSegmentGone) {
+			delete(s.tails, q)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			readFrom = append(readFrom, t)
+		}
+		if t.First() != 0 && t.Last() > s.local {
+			s.local = t.Last()
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	// What was read may not be durable yet: sync the segments it came
+	// from (sealed ones were synced before they were sealed, so this is
+	// cheap for them; the active one is usually already synced by the
+	// daemon's commit).
+	for _, t := range readFrom {
+		if err := s.syncSegment(t.Path()); err != nil {
+			if errors.Is(err, seglog.ErrSegmentGone) {
+				continue // deleted: its groups are in a synced checkpoint
+			}
+			s.failed = fmt.Errorf("ship %s: make the log durable before shipping it: %w (the shipper stops; the daemon sees the same failure)", s.opts.Name, err)
+			return s.failed
+		}
+	}
+	// Keep s.buf ordered and contiguous: a gap means segments vanished
+	// between listing and reading; the checkpoint logic handles that.
+	for _, g := range fresh {
+		if len(s.buf) > 0 && g.n != s.buf[len(s.buf)-1].n+1 {
+			if g.n <= s.buf[len(s.buf)-1].n {
+				continue
+			}
+			s.buf = nil // a hole: only what follows it can ship (after a checkpoint)
+		}
+		s.buf = append(s.buf, g)
+	}
+	s.mu.Lock()
+	s.stats.Local = s.buf[len(s.buf)-1].n
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Shipper) syncSegment(path string) error {
+	f, err := s.opts.FS.Open(path)
+	if err != nil {
+		if isNotExist(err) {
+			return seglog.ErrSegmentGone
+		}
+		return err
+	}
+	defer f.Close()
+	return f.SyncData()
+}
+
+// localCheckpoint is a verified local checkpoint file.
+type localCheckpoint struct {
+	group uint64
+	file  []byte
+	tree  *namespace.Tree
+}
+
+// latestCheckpoint returns the newest local checkpoint that verifies, or
+// nil.
+func (s *Shipper) latestCheckpoint() (*localCheckpoint, error) {
+	gs, err := seglog.CheckpointGroups(s.opts.FS, s.ckDir)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(gs) - 1; i >= 0; i-- {
+		path := filepath.Join(s.ckDir, seglog.CheckpointName(gs[i]))
+		b, err := readAll(s.opts.FS, path)
+		if isNotExist(err) {
+			continue // replaced by a newer one meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		p, err := seglog.DecodeCheckpointFile(path, gs[i], b)
+		if err != nil {
+			continue
+		}
+		t, err := namespace.DecodeCheckpoint(p)
+		if err != nil {
+			return nil, fmt.Errorf("ship %s: checkpoint %s: %w", s.opts.Name, path, err)
+		}
+		return &localCheckpoint{group: gs[i], file: b, tree: t}, nil
+	}
+	return nil, nil
+}
+
+// uploadObjects makes every object of ids present in the bucket.
+func (s *Shipper) uploadObjects(ctx context.Context, ids map[pool.ID]struct{}) error {
+	var todo []pool.ID
+	for id := range ids {
+		if _, ok := s.known[id]; !ok {
+			todo = append(todo, id)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan pool.ID)
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	for range min(s.opts.Parallel, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				if err := s.uploadObject(ctx, id); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+						cancel()
+					}
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				s.known[id] = struct{}{}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, id := range todo {
+		select {
+		case work <- id:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+func (s *Shipper) uploadObject(ctx context.Context, id pool.ID) error {
+	key := remote.ObjectKey(id.String())
+	info, ok, err := s.opts.Store.Stat(ctx, key)
+	if err != nil {
+		return err
+	}
+	// An object present from long ago may be what remote GC is about to
+	// sweep (nothing referenced it until now): upload it again, which
+	// makes it young, before a head references it (see GC).
+	if ok && s.opts.Now().Sub(info.Modified) < s.refreshAfter() {
+		s.mu.Lock()
+		s.stats.ObjectsPresent++
+		s.mu.Unlock()
+		return nil
+	}
+	data, err := s.opts.Pool.ReadAll(id) // verified against its hash
+	if err != nil {
+		return fmt.Errorf("ship %s: read pool object %s to upload it: %w", s.opts.Name, id, err)
+	}
+	if err := s.opts.Store.Put(ctx, key, data); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.stats.ObjectsUploaded++
+	s.stats.BytesUploaded += int64(len(data))
+	s.mu.Unlock()
+	return nil
+}
+
+func readAll(fsys vfs.FS, path string) ([]byte, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, st.Size())
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
