@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"wsfs/internal/host"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -41,7 +42,7 @@ func TestDedupAgainstCorruptObjectThroughWorkspace(t *testing.T) {
 	if err := ws.Close(); err != nil {
 		t.Fatal(err)
 	}
-	obj := h.PoolDir() + "/objects/" + pool.Sum(data).String()[:1] + "/" + pool.Sum(data).String()
+	obj := h.PoolDir() + "/objects/" + objid.Sum(data).String()[:1] + "/" + objid.Sum(data).String()
 	b, err := os.ReadFile(obj)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestDedupAgainstCorruptObjectThroughWorkspace(t *testing.T) {
 	if err := ws.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), pool.Sum(data).String()) {
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), objid.Sum(data).String()) {
 		t.Errorf("no ERROR line naming the damaged object:\n%s", logs)
 	}
 	ws, _ = open() // remount

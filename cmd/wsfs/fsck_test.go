@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"wsfs/internal/host"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -130,7 +131,7 @@ func TestFsckCLI(t *testing.T) {
 	// A deleted object: named with its file, exit 4, nothing to repair.
 	big := bytes.Repeat([]byte("pooled-content "), 10000)
 	fsckWrite(t, h, map[string][]byte{"big": big})
-	if err := os.Remove(p.Path(pool.Sum(big))); err != nil {
+	if err := os.Remove(p.Path(objid.Sum(big))); err != nil {
 		t.Fatal(err)
 	}
 	code, out, _ = runCLI(ctx, "fsck", "--home", home, "--repair")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"wsfs/internal/host"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 )
@@ -147,12 +148,12 @@ too.`)
 	}
 
 	markStart := time.Now()
-	referenced := make(map[pool.ID]struct{})
-	n, err := markAll(vfs.Default, p, all, listAll, func(id pool.ID) { referenced[id] = struct{}{} })
+	referenced := make(map[objid.ID]struct{})
+	n, err := markAll(vfs.Default, p, all, listAll, func(id objid.ID) { referenced[id] = struct{}{} })
 	if err != nil {
 		return err
 	}
-	st, err := p.Collect(func(id pool.ID) bool { _, ok := referenced[id]; return ok },
+	st, err := p.Collect(func(id objid.ID) bool { _, ok := referenced[id]; return ok },
 		pool.GCOptions{Grace: *grace, MarkStart: markStart})
 	if errors.Is(err, pool.ErrGCRunning) {
 		return preconditionError{err}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"wsfs/internal/host"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -182,7 +183,7 @@ func TestGCUnderLoad(t *testing.T) {
 	if code, out := wsfsRun(ctx, "gc", "--home", home, "--test-grace", grace.String()); code != 0 {
 		t.Fatalf("final gc: exit %d, %s", code, out)
 	}
-	want := make(map[pool.ID]bool)
+	want := make(map[objid.ID]bool)
 	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestGCUnderLoad(t *testing.T) {
 			if err := checkFile(ws, name, data); err != nil {
 				t.Errorf("%s after gc and remount: %v", n, err)
 			}
-			want[pool.Sum(data)] = true
+			want[objid.Sum(data)] = true
 		}
 		if err := ws.Close(); err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ func TestGCUnderLoad(t *testing.T) {
 	filepath.WalkDir(filepath.Join(h.PoolDir(), "objects"), func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			have++
-			id, perr := pool.ParseID(d.Name())
+			id, perr := objid.Parse(d.Name())
 			if perr != nil || !want[id] {
 				t.Errorf("unreferenced object left after the final pass: %s", d.Name())
 			}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 )
 
@@ -156,7 +157,7 @@ func TestGCUnderLoadProcesses(t *testing.T) {
 	want := make(map[string]bool)
 	for _, m := range models {
 		for _, data := range m {
-			want[pool.Sum(data).String()] = true
+			want[objid.Sum(data).String()] = true
 		}
 	}
 	have := 0

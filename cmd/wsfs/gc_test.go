@@ -13,6 +13,7 @@ import (
 	"time"
 	"wsfs/internal/layout"
 	"wsfs/internal/mountinfo"
+	"wsfs/internal/objid"
 
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
@@ -83,7 +84,7 @@ func TestGC(t *testing.T) {
 	}
 	// Every object is old: only references keep them.
 	old := time.Now().Add(-48 * time.Hour)
-	keptID := pool.Sum(kept)
+	keptID := objid.Sum(kept)
 	objects := 0
 	err = filepath.WalkDir(filepath.Join(h.PoolDir(), "objects"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -175,7 +176,7 @@ func gcHost(t *testing.T) (home string, h *host.Host, keptPath, garbagePath stri
 		t.Fatal(err)
 	}
 	backdate(t, h.PoolDir(), 48*time.Hour)
-	return home, h, p.Path(pool.Sum(kept)), p.Path(gid)
+	return home, h, p.Path(objid.Sum(kept)), p.Path(gid)
 }
 
 // writeFile creates name in the root of ws with data and fsyncs it.

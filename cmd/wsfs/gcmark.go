@@ -10,6 +10,7 @@ import (
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
 	"wsfs/internal/snapshot"
@@ -37,7 +38,7 @@ type gcWorkspace struct{ name, dir string }
 // read. One made from a snapshot created after marking started references
 // what that snapshot took from a workspace's durable tree: objects marked
 // in (1), or put or protected after marking started (kept by the grace).
-func markAll(fsys vfs.FS, p *pool.Pool, first []gcWorkspace, relist func() ([]gcWorkspace, error), add func(pool.ID)) (int, error) {
+func markAll(fsys vfs.FS, p *pool.Pool, first []gcWorkspace, relist func() ([]gcWorkspace, error), add func(objid.ID)) (int, error) {
 	done := make(map[string]bool, len(first))
 	markStates := func(ws []gcWorkspace) error {
 		for _, w := range ws {
@@ -104,7 +105,7 @@ const (
 // seglog.ReadCommitted hands out every group complete before it listed the
 // log. Later groups may be missed; their objects were put or protected
 // within a commit window and are kept by the grace period (see gc.go).
-func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(pool.ID)) error {
+func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) error {
 	delay := markRetryDelay
 	var last error
 	for range markRetries {
@@ -123,7 +124,7 @@ func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(pool.ID)) error
 		dir, markRetries, last)
 }
 
-func markOnce(fsys vfs.FS, p *pool.Pool, dir string, add func(pool.ID)) error {
+func markOnce(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) error {
 	ckGroup, payload, err := seglog.ReadLatestCheckpoint(fsys, filepath.Join(dir, "checkpoint"))
 	if err != nil {
 		return fmt.Errorf("workspace %s: read checkpoint: %w", dir, err)
@@ -165,7 +166,7 @@ func markOnce(fsys vfs.FS, p *pool.Pool, dir string, add func(pool.ID)) error {
 		return err
 	}
 	for _, n := range tree.Inodes() {
-		n.Content.Objects(func(id namespace.ObjectID) { add(pool.ID(id)) })
+		n.Content.Objects(func(id objid.ID) { add(id) })
 	}
 	return nil
 }

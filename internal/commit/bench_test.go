@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
@@ -141,7 +142,7 @@ func benchCommit(b *testing.B, drain Drain, pl benchPayload) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r = Record{Data: []byte("file " + strconv.Itoa(i) + " " + id.String()), Objects: []pool.ID{id}}
+			r = Record{Data: []byte("file " + strconv.Itoa(i) + " " + id.String()), Objects: []objid.ID{id}}
 		} else {
 			r = Record{Data: append([]byte(nil), payload...)}
 		}

@@ -51,7 +51,7 @@ import (
 	"syscall"
 	"time"
 
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // Log is the part of the segment log (internal/seglog) the committer uses.
@@ -71,12 +71,12 @@ type Log interface {
 type Objects interface {
 	// SyncObjects makes the objects durable: fdatasync each, fsync each
 	// publication directory once, at most parallel syncs in flight.
-	SyncObjects(ids []pool.ID, parallel int) error
+	SyncObjects(ids []objid.ID, parallel int) error
 	// SyncFS is syncfs(2) of the pool's filesystem (DrainSyncFS only).
 	SyncFS() error
 	// Republish re-reads the object, verifies its hash, rewrites and syncs
 	// it: after a failed sync, only a fresh write proves durability.
-	Republish(id pool.ID) error
+	Republish(id objid.ID) error
 }
 
 // Record is one log record and the pool objects it references.
@@ -88,7 +88,7 @@ type Record struct {
 	// Objects are the pool objects the record references that must be
 	// durable before it commits: those it published and those it
 	// deduplicated against.
-	Objects []pool.ID
+	Objects []objid.ID
 }
 
 // Ticket is the position of an enqueued record. Tickets are strictly
@@ -150,7 +150,8 @@ type Options struct {
 	// may succeed without the data having reached the disk).
 	EarlyDrain bool
 	// SyncParallelism bounds the object syncs in flight during a DrainEntry
-	// drain (default pool.DefaultSyncParallel, chosen by the pool's benchmark).
+	// drain; 0 leaves it to Objects.SyncObjects (the pool's default, chosen
+	// by its benchmark).
 	SyncParallelism int
 	// StateSyncFS is syncfs(2) of the filesystem holding the log, called by
 	// DrainSyncFS after the pool's SyncFS (nil: skipped).
@@ -172,9 +173,8 @@ type Options struct {
 }
 
 const (
-	defaultMaxRecords      = 512
-	defaultWindow          = 50 * time.Millisecond
-	defaultSyncParallelism = pool.DefaultSyncParallel
+	defaultMaxRecords = 512
+	defaultWindow     = 50 * time.Millisecond
 	// backpressureGroups: Reserve waits while this many full groups of
 	// records are queued behind the one in flight.
 	backpressureGroups = 8
@@ -241,9 +241,9 @@ type Committer struct {
 		// waiters of records not yet committed, by Ticket.
 		waiters waiterHeap
 		// early: objects enqueued and not yet taken by the early drainer.
-		early []pool.ID
+		early []objid.ID
 		// tainted: objects whose early sync failed, until republished.
-		tainted map[pool.ID]error
+		tainted map[objid.ID]error
 		closing bool
 		failed  *FailedError
 		stalled *LogFullError // set while appends find the log's filesystem full
@@ -264,8 +264,8 @@ func New(log Log, objs Objects, opts Options) *Committer {
 	if opts.Window <= 0 {
 		opts.Window = defaultWindow
 	}
-	if opts.SyncParallelism <= 0 {
-		opts.SyncParallelism = defaultSyncParallelism
+	if opts.SyncParallelism < 0 {
+		opts.SyncParallelism = 0
 	}
 	if err := opts.Drain.Valid(); err != nil {
 		panic(err) // a caller's bug: workspace.Open checks Valid first
@@ -289,7 +289,7 @@ func New(log Log, objs Objects, opts Options) *Committer {
 	c.mu.space.L = &c.mu.Mutex
 	c.mu.next = 1
 	c.mu.lastGroup = log.LastGroup()
-	c.mu.tainted = make(map[pool.ID]error)
+	c.mu.tainted = make(map[objid.ID]error)
 	if opts.EarlyDrain && opts.Drain == DrainEntry {
 		c.earlyKick = make(chan struct{}, 1)
 		c.earlyStop = make(chan struct{})
@@ -556,7 +556,7 @@ func (c *Committer) earlyDrainer() {
 
 // taintErr returns an error if an early sync of one of ids failed and the
 // object has not been republished since.
-func (c *Committer) taintErr(ids []pool.ID) error {
+func (c *Committer) taintErr(ids []objid.ID) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, id := range ids {
@@ -699,9 +699,9 @@ func (c *Committer) takeGroupLocked() []entry {
 }
 
 // groupObjects returns the distinct objects of g, in first-reference order.
-func groupObjects(g []entry) []pool.ID {
-	var ids []pool.ID
-	seen := make(map[pool.ID]struct{})
+func groupObjects(g []entry) []objid.ID {
+	var ids []objid.ID
+	seen := make(map[objid.ID]struct{})
 	for _, e := range g {
 		for _, id := range e.rec.Objects {
 			if _, ok := seen[id]; !ok {
@@ -817,7 +817,7 @@ func (c *Committer) commitGroup(g []entry) outcome {
 }
 
 // drainFailed puts g back at the front of the queue and fails its waiters.
-func (c *Committer) drainFailed(g []entry, ids []pool.ID, cause error) {
+func (c *Committer) drainFailed(g []entry, ids []objid.ID, cause error) {
 	derr := &DrainError{Drain: c.opts.Drain, First: g[0].t, Last: g[len(g)-1].t, Objects: len(ids), Err: cause}
 	c.lg.Error("group drain failed; the group is not committed, its waiters get EIO, its objects are republished before a retry",
 		"drain", c.opts.Drain.String(), "first", derr.First, "last", derr.Last, "objects", len(ids), "err", cause)

@@ -8,8 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // The fakes below stand in for the log and the pool at the unit level so
@@ -125,7 +124,7 @@ func (o *fakeObjects) nextErr() error {
 	return err
 }
 
-func (o *fakeObjects) SyncObjects(ids []pool.ID, parallel int) error {
+func (o *fakeObjects) SyncObjects(ids []objid.ID, parallel int) error {
 	o.mu.Lock()
 	hook := o.beforeSync
 	o.mu.Unlock()
@@ -154,7 +153,7 @@ func (o *fakeObjects) SyncFS() error {
 	return err
 }
 
-func (o *fakeObjects) Republish(id pool.ID) error {
+func (o *fakeObjects) Republish(id objid.ID) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.rec.add("republish %s%s", name(id), errSuffix(o.republishErr))
@@ -175,15 +174,15 @@ func errSuffix(err error) string {
 }
 
 // obj returns a pool ID whose name (see name) is s.
-func obj(s string) pool.ID {
-	var id pool.ID
+func obj(s string) objid.ID {
+	var id objid.ID
 	copy(id[:], s)
 	return id
 }
 
-func name(id pool.ID) string { return string(bytes.TrimRight(id[:], "\x00")) }
+func name(id objid.ID) string { return string(bytes.TrimRight(id[:], "\x00")) }
 
-func names(ids []pool.ID) string {
+func names(ids []objid.ID) string {
 	s := make([]string, len(ids))
 	for i, id := range ids {
 		s[i] = name(id)

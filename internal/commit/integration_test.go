@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
@@ -33,7 +34,7 @@ const (
 // "rec-<i>" or "rec-<i> obj=<id>".
 type workload struct {
 	records []string
-	content map[pool.ID][]byte
+	content map[objid.ID][]byte
 }
 
 func objectContent(i int) []byte {
@@ -58,7 +59,7 @@ func (w *workload) put(t *testing.T, p *pool.Pool, i int) Record {
 	w.content[id] = content
 	data += " obj=" + id.String()
 	w.records = append(w.records, data)
-	return Record{Data: []byte(data), Objects: []pool.ID{id}}
+	return Record{Data: []byte(data), Objects: []objid.ID{id}}
 }
 
 // recovered is what a crash left: the records of the log in order.
@@ -69,7 +70,7 @@ type recovered struct {
 // recoverState opens the log and the pool of a crash clone, replays the log,
 // and checks that every object a recovered record references reads back
 // verified with the content that was written.
-func recoverState(fsys vfs.FS, root string, content map[pool.ID][]byte) (recovered, error) {
+func recoverState(fsys vfs.FS, root string, content map[objid.ID][]byte) (recovered, error) {
 	var r recovered
 	l, err := seglog.Open(fsys, filepath.Join(root, itLogDir), seglog.Options{})
 	if err != nil {
@@ -93,7 +94,7 @@ func recoverState(fsys vfs.FS, root string, content map[pool.ID][]byte) (recover
 		if !ok {
 			continue
 		}
-		id, err := pool.ParseID(hexID)
+		id, err := objid.Parse(hexID)
 		if err != nil {
 			return r, fmt.Errorf("record %q: %w", rec, err)
 		}
@@ -149,7 +150,7 @@ func TestCrashAfterBarrier(t *testing.T) {
 		t.Run(drain.String(), func(t *testing.T) {
 			mem := vfs.NewCrashableMem()
 			l, p := openReal(t, mem, "/")
-			w := &workload{content: make(map[pool.ID][]byte)}
+			w := &workload{content: make(map[objid.ID][]byte)}
 
 			var acked atomic.Int64 // records acknowledged by a Barrier
 			type image struct {
@@ -232,7 +233,7 @@ func TestObjectSyncFailureRepublishes(t *testing.T) {
 	rule := errorfs.OnNth(vfs.OpSyncData, "/pool/objects/", 1, syscall.EIO)
 	fsys := errorfs.Wrap(mem, rule)
 	l, p := openReal(t, fsys, "/")
-	w := &workload{content: make(map[pool.ID][]byte)}
+	w := &workload{content: make(map[objid.ID][]byte)}
 	out := &lockedBuffer{}
 	c := New(l, p, Options{Window: time.Hour, Logger: slog.New(slog.NewTextHandler(out, nil))})
 	defer c.Close()
@@ -280,7 +281,7 @@ func TestLogSyncFailureIsFinal(t *testing.T) {
 		return nil
 	}))
 	l, p := openReal(t, fsys, "/")
-	w := &workload{content: make(map[pool.ID][]byte)}
+	w := &workload{content: make(map[objid.ID][]byte)}
 	c := New(l, p, Options{Window: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 
 	mustEnqueue(t, c, w.put(t, p, 1))
@@ -320,7 +321,7 @@ func TestRealDisk(t *testing.T) {
 			root := t.TempDir()
 			fsys := vfs.Default
 			l, p := openReal(t, fsys, root)
-			w := &workload{content: make(map[pool.ID][]byte)}
+			w := &workload{content: make(map[objid.ID][]byte)}
 			c := New(l, p, Options{
 				MaxRecords:  8,
 				Window:      time.Millisecond,

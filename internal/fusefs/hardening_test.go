@@ -5,10 +5,9 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+	"wsfs/internal/objid"
 
 	"golang.org/x/sys/unix"
-
-	"wsfs/internal/pool"
 )
 
 // TestTimestampsFullRange: times outside int64 nanoseconds (before 1677,
@@ -141,7 +140,7 @@ func TestMissingObjectEIOOnMount(t *testing.T) {
 	mustWrite(t, e.path("big"), big)
 	mustWrite(t, e.path("small"), []byte("fine"))
 	e.unmount()
-	if err := os.Remove(e.pool.Path(pool.Sum(big))); err != nil {
+	if err := os.Remove(e.pool.Path(objid.Sum(big))); err != nil {
 		t.Fatal(err)
 	}
 	e.mount()

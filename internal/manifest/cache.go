@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // Cache makes successive builds of one tree cost O(changed directories):
@@ -26,7 +26,7 @@ import (
 // protects and syncs every directory ID of the result (DirIDs).
 type Cache struct {
 	valid   bool
-	ids     map[namespace.Ino]pool.ID
+	ids     map[namespace.Ino]objid.ID
 	parents map[namespace.Ino]map[namespace.Ino]struct{} // non-directory -> directories naming it
 	dirty   map[namespace.Ino]struct{}
 }
@@ -53,7 +53,7 @@ func (c *Cache) Touch(r *namespace.Record) {
 
 // DirIDs calls fn with the manifest ID of every directory of the tree of
 // the last successful Build.
-func (c *Cache) DirIDs(fn func(pool.ID)) {
+func (c *Cache) DirIDs(fn func(objid.ID)) {
 	for _, id := range c.ids {
 		fn(id)
 	}
@@ -63,17 +63,17 @@ func (c *Cache) DirIDs(fn func(pool.ID)) {
 // full Build of t would, re-encoding only what changed since the last
 // Build (all of it when the cache is invalid). Stats count the
 // directories encoded.
-func (c *Cache) Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) {
+func (c *Cache) Build(t *namespace.Tree, st Store) (objid.ID, BuildStats, error) {
 	var stats BuildStats
 	root := t.Get(namespace.RootIno)
 	if root == nil {
-		return pool.ID{}, stats, fmt.Errorf("manifest: tree has no root")
+		return objid.ID{}, stats, fmt.Errorf("manifest: tree has no root")
 	}
 	full := !c.valid
 	c.valid = false // until this build succeeds
 	rebuild := map[namespace.Ino]bool{}
 	if full {
-		c.ids = map[namespace.Ino]pool.ID{}
+		c.ids = map[namespace.Ino]objid.ID{}
 		c.parents = map[namespace.Ino]map[namespace.Ino]struct{}{}
 	} else {
 		markUp := func(d *namespace.Inode) {
@@ -106,15 +106,15 @@ func (c *Cache) Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) 
 			}
 		}
 	}
-	var build func(dir *namespace.Inode, depth int) (pool.ID, error)
-	build = func(dir *namespace.Inode, depth int) (pool.ID, error) {
+	var build func(dir *namespace.Inode, depth int) (objid.ID, error)
+	build = func(dir *namespace.Inode, depth int) (objid.ID, error) {
 		if !full && !rebuild[dir.Ino] {
 			if id, ok := c.ids[dir.Ino]; ok {
 				return id, nil
 			}
 		}
 		if depth > 1<<16 {
-			return pool.ID{}, fmt.Errorf("manifest: directory %d nested deeper than %d", dir.Ino, 1<<16)
+			return objid.ID{}, fmt.Errorf("manifest: directory %d nested deeper than %d", dir.Ino, 1<<16)
 		}
 		names := make([]string, 0, len(dir.Entries))
 		for name := range dir.Entries {
@@ -126,7 +126,7 @@ func (c *Cache) Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) 
 			ci := dir.Entries[name]
 			ch := t.Get(ci)
 			if ch == nil {
-				return pool.ID{}, fmt.Errorf("manifest: entry %q of directory %d names missing inode %d", name, dir.Ino, ci)
+				return objid.ID{}, fmt.Errorf("manifest: entry %q of directory %d names missing inode %d", name, dir.Ino, ci)
 			}
 			entries[i] = EntryOf(name, ch)
 			if ch.IsDir() {
@@ -157,7 +157,7 @@ func (c *Cache) Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) 
 	}
 	rid, err := build(root, 0)
 	if err != nil {
-		return pool.ID{}, stats, err
+		return objid.ID{}, stats, err
 	}
 	r := &Root{NextIno: uint64(t.NextIno()), Entry: EntryOf("", root)}
 	r.Entry.Dir = rid
@@ -165,7 +165,7 @@ func (c *Cache) Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) 
 	stats.Bytes += len(b)
 	id, err := st.Put(b)
 	if err != nil {
-		return pool.ID{}, stats, err
+		return objid.ID{}, stats, err
 	}
 	if !full {
 		// Directories removed since the last build may still be in ids
@@ -186,14 +186,14 @@ func (c *Cache) Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) 
 // installed into a cache that has collected Touches since the tree was
 // copied.
 type Seed struct {
-	ids     map[namespace.Ino]pool.ID
+	ids     map[namespace.Ino]objid.ID
 	parents map[namespace.Ino]map[namespace.Ino]struct{}
 }
 
 // BuildSeed does a full build of t without any cache's state: t is a copy
 // of the tree taken when the cache that will Install the seed started
 // collecting Touches.
-func BuildSeed(t *namespace.Tree, st Store) (pool.ID, BuildStats, *Seed, error) {
+func BuildSeed(t *namespace.Tree, st Store) (objid.ID, BuildStats, *Seed, error) {
 	b := NewCache()
 	id, stats, err := b.Build(t, st)
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // Change kinds of Diff.
@@ -50,7 +50,7 @@ type pathEntry struct {
 }
 
 // Diff compares the trees of root objects a and b.
-func Diff(st Store, a, b pool.ID) ([]Change, error) {
+func Diff(st Store, a, b objid.ID) ([]Change, error) {
 	ra, err := ReadRoot(st, a)
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
-func (d *differ) dir(path string, a, b pool.ID) error {
+func (d *differ) dir(path string, a, b objid.ID) error {
 	if a == b {
 		return nil
 	}
@@ -178,19 +178,19 @@ func EntryChanged(a, b *Entry) bool {
 // (inline in one tree, an object in the other, which happens only across
 // a change of InlineMax or ChunkSize) compare as different; every write
 // path of one workspace produces one form for one size.
-func ContentID(c *namespace.Content) pool.ID {
+func ContentID(c *namespace.Content) objid.ID {
 	switch {
 	case c.IsChunked():
-		h := pool.NewHasher()
+		h := objid.NewHasher()
 		h.Write([]byte{kindChunked, c.ChunkShift})
 		for i := range c.Chunks {
 			h.Write(c.Chunks[i][:])
 		}
 		return h.Sum()
 	case c.IsObject:
-		return pool.ID(c.Object)
+		return c.Object
 	}
-	return pool.Sum(c.Inline)
+	return objid.Sum(c.Inline)
 }
 
 // pairRenames turns removed/added entries with the same inode number into

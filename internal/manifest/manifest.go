@@ -50,7 +50,7 @@ import (
 	"sort"
 
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // Frozen constants of the format.
@@ -88,7 +88,7 @@ type Entry struct {
 	Size                uint64
 	Atime, Mtime, Ctime Time
 	Xattrs              []Xattr           // sorted by Name
-	Dir                 pool.ID           // directories: the ID of their manifest
+	Dir                 objid.ID          // directories: the ID of their manifest
 	Content             namespace.Content // regular files
 	Target              string            // symlinks
 }
@@ -362,7 +362,7 @@ func (d *decoder) byte1(what string) byte {
 	return v
 }
 
-func (d *decoder) id(what string) (id pool.ID) {
+func (d *decoder) id(what string) (id objid.ID) {
 	if d.err != nil {
 		return id
 	}
@@ -446,7 +446,7 @@ func (d *decoder) content(size uint64) namespace.Content {
 		c.Inline = d.bytes("inline content", -1)
 	case kindObject:
 		c.IsObject = true
-		c.Object = namespace.ObjectID(d.id("object id"))
+		c.Object = d.id("object id")
 	case kindChunked:
 		c.ChunkShift = d.byte1("chunk shift")
 		n := d.uvarint("chunk count")
@@ -457,9 +457,9 @@ func (d *decoder) content(size uint64) namespace.Content {
 			d.fail(fmt.Sprintf("chunk count %d with %d bytes left", n, len(d.b)))
 			return c
 		}
-		c.Chunks = make([]namespace.ObjectID, n)
+		c.Chunks = make([]objid.ID, n)
 		for i := range c.Chunks {
-			c.Chunks[i] = namespace.ObjectID(d.id("chunk id"))
+			c.Chunks[i] = d.id("chunk id")
 		}
 	default:
 		if d.err == nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -64,9 +64,9 @@ func sample(t testing.TB) *tb {
 	b.file(src, "main.go", []byte("package main\n"))
 	b.file(src, "empty", nil)
 	obj := b.file(namespace.RootIno, "big.bin", nil)
-	b.content(obj, namespace.Content{IsObject: true, Object: namespace.ObjectID(pool.Sum([]byte("one object")))}, 10)
+	b.content(obj, namespace.Content{IsObject: true, Object: objid.Sum([]byte("one object"))}, 10)
 	ch := b.file(namespace.RootIno, "chunked", nil)
-	b.content(ch, namespace.Content{ChunkShift: 8, Chunks: []namespace.ObjectID{namespace.ObjectID(pool.Sum(bytes.Repeat([]byte{1}, 256))), namespace.HoleChunk}}, 300)
+	b.content(ch, namespace.Content{ChunkShift: 8, Chunks: []objid.ID{objid.Sum(bytes.Repeat([]byte{1}, 256)), namespace.HoleChunk}}, 300)
 	b.apply(&namespace.Record{Op: namespace.OpSymlink, Ino: b.tree.AllocIno(), Parent: src, Name: "link", Target: "../big.bin", Uid: 1, Gid: 2})
 	b.apply(&namespace.Record{Op: namespace.OpCreate, Ino: b.tree.AllocIno(), Parent: namespace.RootIno, Name: "fifo", Mode: namespace.S_IFIFO | 0o600})
 	b.apply(&namespace.Record{Op: namespace.OpCreate, Ino: b.tree.AllocIno(), Parent: namespace.RootIno, Name: "dev", Mode: namespace.S_IFCHR | 0o600, Rdev: 0x0103})
@@ -107,8 +107,8 @@ func TestRoundTripExact(t *testing.T) {
 	}
 }
 
-func cid(n *namespace.Inode) namespace.ObjectID {
-	return namespace.ObjectID(ContentID(&n.Content))
+func cid(n *namespace.Inode) objid.ID {
+	return ContentID(&n.Content)
 }
 
 func TestUnchangedSubtreeKeepsID(t *testing.T) {
@@ -118,16 +118,16 @@ func TestUnchangedSubtreeKeepsID(t *testing.T) {
 	f := b.file(x, "f", []byte("1"))
 	other := b.mkdir(namespace.RootIno, "other")
 	b.file(other, "g", []byte("2"))
-	ids := func() map[string]pool.ID {
+	ids := func() map[string]objid.ID {
 		st := &MemStore{}
 		root, _, err := Build(b.tree, st)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r, _ := ReadRoot(st, root)
-		out := map[string]pool.ID{"/": root, "/.": r.Entry.Dir}
-		var walk func(p string, id pool.ID)
-		walk = func(p string, id pool.ID) {
+		out := map[string]objid.ID{"/": root, "/.": r.Entry.Dir}
+		var walk func(p string, id objid.ID)
+		walk = func(p string, id objid.ID) {
 			es, err := ReadDir(st, id)
 			if err != nil {
 				t.Fatal(err)
@@ -162,8 +162,8 @@ func goldenObjects(t testing.TB) (root []byte, dirs [][]byte) {
 	}
 	root, _ = st.Get(id)
 	r, _ := DecodeRoot(root)
-	var walk func(id pool.ID)
-	walk = func(id pool.ID) {
+	var walk func(id objid.ID)
+	walk = func(id objid.ID) {
 		d, _ := st.Get(id)
 		dirs = append(dirs, d)
 		es, _ := DecodeDir(d)
@@ -258,14 +258,14 @@ func EncodeDirUnchecked(entries []Entry) []byte {
 
 func TestLoadTreeRejectsBadTrees(t *testing.T) {
 	st := &MemStore{}
-	put := func(b []byte) pool.ID { id, _ := st.Put(b); return id }
+	put := func(b []byte) objid.ID { id, _ := st.Put(b); return id }
 	now := Time{Sec: 1}
-	rootOf := func(dir pool.ID, nlink uint32) pool.ID {
+	rootOf := func(dir objid.ID, nlink uint32) objid.ID {
 		return put(EncodeRoot(&Root{NextIno: 10, Entry: Entry{Ino: 1, Mode: namespace.S_IFDIR | 0o755, Nlink: nlink, Atime: now, Mtime: now, Ctime: now, Dir: dir}}))
 	}
 	empty := put(EncodeDir(nil))
 	sub := Entry{Name: "d", Ino: 2, Mode: namespace.S_IFDIR | 0o755, Nlink: 2, Dir: empty}
-	cases := map[string]pool.ID{
+	cases := map[string]objid.ID{
 		// The same directory inode named twice.
 		"dir twice": rootOf(put(EncodeDir([]Entry{sub, {Name: "e", Ino: 2, Mode: sub.Mode, Nlink: 2, Dir: empty}})), 4),
 		// Root nlink wrong for one subdirectory.
@@ -277,7 +277,7 @@ func TestLoadTreeRejectsBadTrees(t *testing.T) {
 		// An inode number at or above NextIno.
 		"ino above next": rootOf(put(EncodeDir([]Entry{{Name: "a", Ino: 10, Mode: namespace.S_IFIFO, Nlink: 1}})), 2),
 		// A missing manifest.
-		"missing": rootOf(pool.Sum([]byte("nothing")), 2),
+		"missing": rootOf(objid.Sum([]byte("nothing")), 2),
 	}
 	for name, id := range cases {
 		if _, _, err := LoadTree(st, id); err == nil {
@@ -348,7 +348,7 @@ func FuzzDecodeDir(f *testing.F) {
 func normalize(v any) string { return fmt.Sprintf("%v", v) }
 
 func TestRefGolden(t *testing.T) {
-	b := EncodeRef(pool.Sum([]byte("root")), 12345)
+	b := EncodeRef(objid.Sum([]byte("root")), 12345)
 	path := filepath.Join("testdata", "ref-v1.golden")
 	if *update {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
@@ -363,7 +363,7 @@ func TestRefGolden(t *testing.T) {
 		t.Fatal("manifest reference encoding changed")
 	}
 	root, next, err := DecodeRef(want)
-	if err != nil || root != pool.Sum([]byte("root")) || next != 12345 || !IsRef(want) {
+	if err != nil || root != objid.Sum([]byte("root")) || next != 12345 || !IsRef(want) {
 		t.Fatalf("decode: %v %d %v", root, next, err)
 	}
 	for _, bad := range [][]byte{want[:len(want)-1], append(bytes.Clone(want), 0), []byte("WSFSNS\x00\x01")} {

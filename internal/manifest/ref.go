@@ -3,8 +3,7 @@ package manifest
 import (
 	"encoding/binary"
 	"fmt"
-
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // A manifest reference is a workspace checkpoint payload that names a
@@ -22,7 +21,7 @@ const refMagic = "WSFSMREF"
 
 // EncodeRef returns a manifest reference to root with next inode number
 // at least minNext.
-func EncodeRef(root pool.ID, minNext uint64) []byte {
+func EncodeRef(root objid.ID, minNext uint64) []byte {
 	b := []byte(refMagic)
 	b = binary.AppendUvarint(b, version)
 	b = append(b, root[:]...)
@@ -35,7 +34,7 @@ func IsRef(payload []byte) bool {
 }
 
 // DecodeRef decodes a manifest reference; errors wrap ErrBadManifest.
-func DecodeRef(payload []byte) (root pool.ID, minNext uint64, err error) {
+func DecodeRef(payload []byte) (root objid.ID, minNext uint64, err error) {
 	d := &decoder{b: payload}
 	d.magic(refMagic)
 	root = d.id("root")

@@ -6,15 +6,16 @@ import (
 	"sync"
 
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 )
 
 // Store holds manifest objects by ID.
 type Store interface {
-	// Put stores data and returns its ID (pool.Sum(data)).
-	Put(data []byte) (pool.ID, error)
+	// Put stores data and returns its ID (objid.Sum(data)).
+	Put(data []byte) (objid.ID, error)
 	// Get returns the bytes of id, verified against it.
-	Get(id pool.ID) ([]byte, error)
+	Get(id objid.ID) ([]byte, error)
 }
 
 // PoolStore stores manifests as objects of a pool. Put publishes without
@@ -23,11 +24,11 @@ type Store interface {
 type PoolStore struct {
 	Pool *pool.Pool
 	mu   sync.Mutex
-	put  []pool.ID
+	put  []objid.ID
 }
 
 // Put publishes data as a pool object (not yet durable; see Sync).
-func (s *PoolStore) Put(data []byte) (pool.ID, error) {
+func (s *PoolStore) Put(data []byte) (objid.ID, error) {
 	id, _, err := s.Pool.Put(data)
 	if err != nil {
 		return id, err
@@ -39,13 +40,13 @@ func (s *PoolStore) Put(data []byte) (pool.ID, error) {
 }
 
 // Get reads and verifies object id.
-func (s *PoolStore) Get(id pool.ID) ([]byte, error) { return s.Pool.ReadAll(id) }
+func (s *PoolStore) Get(id objid.ID) ([]byte, error) { return s.Pool.ReadAll(id) }
 
 // Reuse protects objects a build took from a cache instead of putting
 // them (pool.Protect: GC's grace period starts again; an error wrapping
 // *pool.MissingObjectError if one is gone) and adds them to the set Sync
 // makes durable.
-func (s *PoolStore) Reuse(ids []pool.ID) error {
+func (s *PoolStore) Reuse(ids []objid.ID) error {
 	for _, id := range ids {
 		if err := s.Pool.Protect(id); err != nil {
 			return err
@@ -62,7 +63,7 @@ func (s *PoolStore) Reuse(ids []pool.ID) error {
 // process may have published without syncing.
 func (s *PoolStore) Sync() error {
 	s.mu.Lock()
-	ids := append([]pool.ID(nil), s.put...)
+	ids := append([]objid.ID(nil), s.put...)
 	s.mu.Unlock()
 	if len(ids) == 0 {
 		return nil
@@ -71,10 +72,10 @@ func (s *PoolStore) Sync() error {
 }
 
 // Put returns the IDs put so far.
-func (s *PoolStore) PutIDs() []pool.ID {
+func (s *PoolStore) PutIDs() []objid.ID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]pool.ID(nil), s.put...)
+	return append([]objid.ID(nil), s.put...)
 }
 
 // MemStore keeps manifests in memory and falls back to Under (if set) for
@@ -83,15 +84,15 @@ func (s *PoolStore) PutIDs() []pool.ID {
 type MemStore struct {
 	Under Store
 	mu    sync.Mutex
-	m     map[pool.ID][]byte
+	m     map[objid.ID][]byte
 }
 
 // Put keeps data in memory.
-func (s *MemStore) Put(data []byte) (pool.ID, error) {
-	id := pool.Sum(data)
+func (s *MemStore) Put(data []byte) (objid.ID, error) {
+	id := objid.Sum(data)
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = map[pool.ID][]byte{}
+		s.m = map[objid.ID][]byte{}
 	}
 	s.m[id] = data
 	s.mu.Unlock()
@@ -99,7 +100,7 @@ func (s *MemStore) Put(data []byte) (pool.ID, error) {
 }
 
 // Get returns what Put kept, else asks Under.
-func (s *MemStore) Get(id pool.ID) ([]byte, error) {
+func (s *MemStore) Get(id objid.ID) ([]byte, error) {
 	s.mu.Lock()
 	b, ok := s.m[id]
 	s.mu.Unlock()
@@ -157,12 +158,12 @@ func EntryOf(name string, n *namespace.Inode) Entry {
 // caller). Cost: every directory is encoded and hashed; objects that
 // already exist are only protected (see pool.Put), so the new bytes
 // written are those of the changed directories.
-func Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) {
+func Build(t *namespace.Tree, st Store) (objid.ID, BuildStats, error) {
 	var stats BuildStats
-	var build func(dir *namespace.Inode, depth int) (pool.ID, error)
-	build = func(dir *namespace.Inode, depth int) (pool.ID, error) {
+	var build func(dir *namespace.Inode, depth int) (objid.ID, error)
+	build = func(dir *namespace.Inode, depth int) (objid.ID, error) {
 		if depth > 1<<16 {
-			return pool.ID{}, fmt.Errorf("manifest: directory %d nested deeper than %d", dir.Ino, 1<<16)
+			return objid.ID{}, fmt.Errorf("manifest: directory %d nested deeper than %d", dir.Ino, 1<<16)
 		}
 		names := make([]string, 0, len(dir.Entries))
 		for name := range dir.Entries {
@@ -173,7 +174,7 @@ func Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) {
 		for i, name := range names {
 			c := t.Get(dir.Entries[name])
 			if c == nil {
-				return pool.ID{}, fmt.Errorf("manifest: entry %q of directory %d names missing inode %d", name, dir.Ino, dir.Entries[name])
+				return objid.ID{}, fmt.Errorf("manifest: entry %q of directory %d names missing inode %d", name, dir.Ino, dir.Entries[name])
 			}
 			entries[i] = EntryOf(name, c)
 			if c.IsDir() {
@@ -192,11 +193,11 @@ func Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) {
 	}
 	root := t.Get(namespace.RootIno)
 	if root == nil {
-		return pool.ID{}, stats, fmt.Errorf("manifest: tree has no root")
+		return objid.ID{}, stats, fmt.Errorf("manifest: tree has no root")
 	}
 	rid, err := build(root, 0)
 	if err != nil {
-		return pool.ID{}, stats, err
+		return objid.ID{}, stats, err
 	}
 	r := &Root{NextIno: uint64(t.NextIno()), Entry: EntryOf("", root)}
 	r.Entry.Dir = rid
@@ -207,7 +208,7 @@ func Build(t *namespace.Tree, st Store) (pool.ID, BuildStats, error) {
 }
 
 // ReadRoot gets and decodes root object id.
-func ReadRoot(st Store, id pool.ID) (*Root, error) {
+func ReadRoot(st Store, id objid.ID) (*Root, error) {
 	b, err := st.Get(id)
 	if err != nil {
 		return nil, fmt.Errorf("manifest: root %s: %w", id, err)
@@ -220,7 +221,7 @@ func ReadRoot(st Store, id pool.ID) (*Root, error) {
 }
 
 // ReadDir gets and decodes directory manifest id.
-func ReadDir(st Store, id pool.ID) ([]Entry, error) {
+func ReadDir(st Store, id objid.ID) ([]Entry, error) {
 	b, err := st.Get(id)
 	if err != nil {
 		return nil, fmt.Errorf("manifest: directory %s: %w", id, err)
@@ -263,14 +264,14 @@ func sameInode(a, b *Entry) bool {
 // namespace's structural checks; a manifest set that does not form a tree
 // (hard links that disagree, a directory named twice, wrong nlink counts)
 // is an error wrapping ErrBadManifest.
-func LoadTree(st Store, id pool.ID) (*namespace.Tree, *Root, error) {
+func LoadTree(st Store, id objid.ID) (*namespace.Tree, *Root, error) {
 	return LoadTreeMin(st, id, 0)
 }
 
 // LoadTreeMin is LoadTree with the tree's next inode number raised to at
 // least minNext (a restore must never hand out an inode number the
 // workspace used before).
-func LoadTreeMin(st Store, id pool.ID, minNext namespace.Ino) (*namespace.Tree, *Root, error) {
+func LoadTreeMin(st Store, id objid.ID, minNext namespace.Ino) (*namespace.Tree, *Root, error) {
 	r, err := ReadRoot(st, id)
 	if err != nil {
 		return nil, nil, err
@@ -279,8 +280,8 @@ func LoadTreeMin(st Store, id pool.ID, minNext namespace.Ino) (*namespace.Tree, 
 	seen := map[namespace.Ino]*Entry{}
 	root := inodeOf(&r.Entry)
 	inodes[namespace.RootIno] = root
-	var load func(dir *namespace.Inode, mid pool.ID) error
-	load = func(dir *namespace.Inode, mid pool.ID) error {
+	var load func(dir *namespace.Inode, mid objid.ID) error
+	load = func(dir *namespace.Inode, mid objid.ID) error {
 		es, err := ReadDir(st, mid)
 		if err != nil {
 			return err
@@ -324,9 +325,9 @@ func LoadTreeMin(st Store, id pool.ID, minNext namespace.Ino) (*namespace.Tree, 
 // excluded). Subtrees whose manifest ID is in visited are skipped (their
 // objects were listed already); visited gains every manifest ID walked.
 // Pass nil to walk everything.
-func ForEachObject(st Store, id pool.ID, visited map[pool.ID]bool, fn func(pool.ID)) error {
+func ForEachObject(st Store, id objid.ID, visited map[objid.ID]bool, fn func(objid.ID)) error {
 	if visited == nil {
-		visited = map[pool.ID]bool{}
+		visited = map[objid.ID]bool{}
 	}
 	if visited[id] {
 		return nil
@@ -337,8 +338,8 @@ func ForEachObject(st Store, id pool.ID, visited map[pool.ID]bool, fn func(pool.
 	}
 	visited[id] = true
 	fn(id)
-	var walk func(mid pool.ID) error
-	walk = func(mid pool.ID) error {
+	var walk func(mid objid.ID) error
+	walk = func(mid objid.ID) error {
 		if visited[mid] {
 			return nil
 		}
@@ -356,7 +357,7 @@ func ForEachObject(st Store, id pool.ID, visited map[pool.ID]bool, fn func(pool.
 					return err
 				}
 			case e.IsReg():
-				e.Content.Objects(func(o namespace.ObjectID) { fn(pool.ID(o)) })
+				e.Content.Objects(func(o objid.ID) { fn(o) })
 			}
 		}
 		return nil

@@ -3,6 +3,7 @@ package namespace
 import (
 	"encoding/binary"
 	"fmt"
+	"wsfs/internal/objid"
 )
 
 // Content kinds, in SetContent records and in checkpoints (frozen).
@@ -28,7 +29,7 @@ const MaxFileSize = 1 << 40
 
 // HoleChunk, the all-zero ID, names a chunk whose bytes are all zero; no
 // pool object backs it.
-var HoleChunk ObjectID
+var HoleChunk objid.ID
 
 // Content is the content of a regular file, one of three kinds:
 //
@@ -43,9 +44,9 @@ var HoleChunk ObjectID
 // tree or encoded in a record): trees, records and readers share them.
 type Content struct {
 	Inline     []byte
-	Object     ObjectID
+	Object     objid.ID
 	IsObject   bool
-	Chunks     []ObjectID
+	Chunks     []objid.ID
 	ChunkShift uint8
 }
 
@@ -86,7 +87,7 @@ func (c *Content) Validate(size uint64) error {
 }
 
 // Objects calls fn for every pool object c references (holes excluded).
-func (c *Content) Objects(fn func(ObjectID)) {
+func (c *Content) Objects(fn func(objid.ID)) {
 	switch {
 	case c.IsChunked():
 		for _, id := range c.Chunks {
@@ -140,11 +141,11 @@ func (d *decoder) contentOfKind(k byte, size uint64) (c Content, ok bool) {
 			return c, true
 		}
 		// Bound the allocation by the input before trusting n.
-		if n == 0 || n > uint64(len(d.b)/len(ObjectID{})) {
+		if n == 0 || n > uint64(len(d.b)/len(objid.ID{})) {
 			d.fail(fmt.Sprintf("chunk count %d with %d bytes left", n, len(d.b)))
 			return c, true
 		}
-		c.Chunks = make([]ObjectID, n)
+		c.Chunks = make([]objid.ID, n)
 		for i := range c.Chunks {
 			c.Chunks[i] = d.fixed32("chunk id")
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"wsfs/internal/objid"
 )
 
 // DumpEntry is the canonical description of one path, independent of inode
@@ -70,7 +71,7 @@ func TypeChar(mode uint32) byte {
 // it must give the same ID to the same bytes whatever their form (inline,
 // one object, chunks): the pool ID of the whole content. The tree must be
 // still.
-func (t *Tree) Dump(contentID func(n *Inode) ObjectID) []DumpEntry {
+func (t *Tree) Dump(contentID func(n *Inode) objid.ID) []DumpEntry {
 	var out []DumpEntry
 	first := map[Ino]string{}
 	var walk func(n *Inode, path string)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"wsfs/internal/objid"
 )
 
 // Op is the type byte of a record. The values are frozen: they are written
@@ -341,7 +342,7 @@ func (d *decoder) byte1(what string) byte {
 	return v
 }
 
-func (d *decoder) fixed32(what string) (id ObjectID) {
+func (d *decoder) fixed32(what string) (id objid.ID) {
 	if d.err != nil {
 		return id
 	}

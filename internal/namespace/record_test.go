@@ -10,12 +10,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"wsfs/internal/objid"
 )
 
 // sampleRecords is one record of every op, with every optional field used.
 // The golden file testdata/records.golden freezes their encoding.
 func sampleRecords() []*Record {
-	var id ObjectID
+	var id objid.ID
 	for i := range id {
 		id[i] = byte(i)
 	}
@@ -36,7 +37,7 @@ func sampleRecords() []*Record {
 		{Op: OpUnlink, Parent: 4, Name: "hard", Ino: 2, Time: 19},
 		{Op: OpRmdir, Parent: 1, Name: "gone", Ino: 9, Time: 20},
 		// Added with chunked content; the lines above are unchanged.
-		{Op: OpSetContent, Ino: 2, Size: 5<<19 + 1, Mtime: FromNs(21), Time: 22, Content: Content{Chunks: []ObjectID{id, HoleChunk, {7: 7}}, ChunkShift: 20}},
+		{Op: OpSetContent, Ino: 2, Size: 5<<19 + 1, Mtime: FromNs(21), Time: 22, Content: Content{Chunks: []objid.ID{id, HoleChunk, {7: 7}}, ChunkShift: 20}},
 		// Added with wide times (outside int64 nanoseconds: 2300-01-01,
 		// the year 1500, and the int64 second extremes); the lines above
 		// are unchanged, so a time that fits is still written as before.
@@ -107,9 +108,9 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"bad mask", (&Record{Op: OpSetAttr, Ino: 1, Mask: 1 << 7}).Encode(nil)},
 		{"inline size mismatch", append([]byte{byte(OpSetContent), 2, 9, 0, 0, contentInline, 2}, 'a', 'b')},
 		{"bad content kind", []byte{byte(OpSetContent), 2, 0, 0, 0, 7}},
-		{"too few chunks", (&Record{Op: OpSetContent, Ino: 2, Size: 3 << 20, Content: Content{Chunks: make([]ObjectID, 2), ChunkShift: 20}}).Encode(nil)},
-		{"too many chunks", (&Record{Op: OpSetContent, Ino: 2, Size: 1 << 20, Content: Content{Chunks: make([]ObjectID, 2), ChunkShift: 20}}).Encode(nil)},
-		{"chunk shift too small", (&Record{Op: OpSetContent, Ino: 2, Size: 4, Content: Content{Chunks: make([]ObjectID, 1), ChunkShift: 1}}).Encode(nil)},
+		{"too few chunks", (&Record{Op: OpSetContent, Ino: 2, Size: 3 << 20, Content: Content{Chunks: make([]objid.ID, 2), ChunkShift: 20}}).Encode(nil)},
+		{"too many chunks", (&Record{Op: OpSetContent, Ino: 2, Size: 1 << 20, Content: Content{Chunks: make([]objid.ID, 2), ChunkShift: 20}}).Encode(nil)},
+		{"chunk shift too small", (&Record{Op: OpSetContent, Ino: 2, Size: 4, Content: Content{Chunks: make([]objid.ID, 1), ChunkShift: 1}}).Encode(nil)},
 		{"chunk count beyond the data", []byte{byte(OpSetContent), 2, 0, 0, 0, contentChunked, 20, 0xff, 0xff, 0xff, 0x0f, 1, 2}},
 		{"size beyond the maximum", (&Record{Op: OpSetContent, Ino: 2, Size: MaxFileSize + 1, Content: Content{IsObject: true}}).Encode(nil)},
 		{"wide times that fit ns", []byte{byte(OpSetAttr), 2, byte(AttrMtime | attrWideTimes), 4, 0, 0}},

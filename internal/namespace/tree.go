@@ -4,7 +4,7 @@
 // A Tree holds inodes (regular files, directories, symlinks, fifos, sockets,
 // device nodes), their attributes, directory entries, hard links and
 // extended attributes. File content is either inline bytes or a pool object
-// (ObjectID + size); inline slices are immutable once published and may be
+// (objid.ID + size); inline slices are immutable once published and may be
 // shared between trees and with the log record they were decoded from.
 //
 // Invariants:
@@ -41,9 +41,6 @@ type Ino uint64
 
 // RootIno is the root directory's inode number.
 const RootIno Ino = 1
-
-// ObjectID names a pool object (the same bytes as pool.ID).
-type ObjectID [32]byte
 
 // File type bits of Mode (Linux values).
 const (

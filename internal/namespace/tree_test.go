@@ -12,14 +12,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"wsfs/internal/objid"
 )
 
-func sum(b []byte) ObjectID { return sha256.Sum256(b) }
+func sum(b []byte) objid.ID { return sha256.Sum256(b) }
 
 // sumContent is the tests' content ID for Dump: the hash of inline bytes,
 // the object ID, or the hash of the chunk list (trees in these tests are
 // compared with trees built from the same records, so one form per file).
-func sumContent(n *Inode) ObjectID {
+func sumContent(n *Inode) objid.ID {
 	switch c := &n.Content; {
 	case c.IsChunked():
 		var b []byte
@@ -97,7 +98,7 @@ func TestApplyErrors(t *testing.T) {
 }
 
 func TestApplySequences(t *testing.T) {
-	var id ObjectID
+	var id objid.ID
 	id[0] = 7
 	for _, tc := range []struct {
 		name string
@@ -194,7 +195,7 @@ func TestDecodeCheckpointCorrupt(t *testing.T) {
 
 // checkpointRecords are the fixed records behind the checkpoint goldens.
 func checkpointRecords() (base, chunked, wide []*Record) {
-	var id ObjectID
+	var id objid.ID
 	for i := range id {
 		id[i] = byte(255 - i)
 	}
@@ -209,7 +210,7 @@ func checkpointRecords() (base, chunked, wide []*Record) {
 		{Op: OpSetXattr, Ino: 2, Name: "user.x", Value: []byte{1, 2}, Time: 27},
 	}
 	chunked = append(slices.Clone(base), create(7, 2, "chunked"),
-		&Record{Op: OpSetContent, Ino: 7, Size: 3<<20 - 1, Mtime: FromNs(28), Time: 29, Content: Content{Chunks: []ObjectID{HoleChunk, id, {31: 1}}, ChunkShift: 20}})
+		&Record{Op: OpSetContent, Ino: 7, Size: 3<<20 - 1, Mtime: FromNs(28), Time: 29, Content: Content{Chunks: []objid.ID{HoleChunk, id, {31: 1}}, ChunkShift: 20}})
 	wide = append(slices.Clone(chunked),
 		&Record{Op: OpSetAttr, Ino: 3, Mask: AttrAtime | AttrMtime, Atime: Timestamp{Sec: 10413792000}, Mtime: Timestamp{Sec: -14831769600, Nsec: 7}, Time: 30},
 		&Record{Op: OpSetAttr, Ino: 2, Mask: AttrMtime, Mtime: Timestamp{Sec: math.MaxInt64, Nsec: 999999999}, Time: 31},
@@ -298,12 +299,12 @@ func TestContentValidate(t *testing.T) {
 		{"inline short", Content{Inline: []byte("ab")}, 3, false},
 		{"object", Content{IsObject: true}, 1 << 30, true},
 		{"object with inline bytes", Content{IsObject: true, Inline: []byte("a")}, 1, false},
-		{"one chunk", Content{Chunks: make([]ObjectID, 1), ChunkShift: 8}, 1, true},
-		{"exact chunks", Content{Chunks: make([]ObjectID, 2), ChunkShift: 8}, 512, true},
-		{"one byte more", Content{Chunks: make([]ObjectID, 2), ChunkShift: 8}, 513, false},
-		{"empty chunk list", Content{Chunks: []ObjectID{}, ChunkShift: 8}, 0, false},
-		{"shift too big", Content{Chunks: make([]ObjectID, 1), ChunkShift: MaxChunkShift + 1}, 1, false},
-		{"chunks and object", Content{Chunks: make([]ObjectID, 1), ChunkShift: 8, IsObject: true}, 1, false},
+		{"one chunk", Content{Chunks: make([]objid.ID, 1), ChunkShift: 8}, 1, true},
+		{"exact chunks", Content{Chunks: make([]objid.ID, 2), ChunkShift: 8}, 512, true},
+		{"one byte more", Content{Chunks: make([]objid.ID, 2), ChunkShift: 8}, 513, false},
+		{"empty chunk list", Content{Chunks: []objid.ID{}, ChunkShift: 8}, 0, false},
+		{"shift too big", Content{Chunks: make([]objid.ID, 1), ChunkShift: MaxChunkShift + 1}, 1, false},
+		{"chunks and object", Content{Chunks: make([]objid.ID, 1), ChunkShift: 8, IsObject: true}, 1, false},
 		{"too large", Content{IsObject: true}, MaxFileSize + 1, false},
 	} {
 		if err := tc.c.Validate(tc.size); (err == nil) != tc.ok {

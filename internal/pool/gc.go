@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 )
 
@@ -124,7 +125,7 @@ func (p *Pool) Collect(referenced func(ID) bool, opts GCOptions) (GCStats, error
 			return st, fmt.Errorf("pool: gc: list %s: %w", dir, err)
 		}
 		for _, name := range names {
-			id, err := ParseID(name)
+			id, err := objid.Parse(name)
 			if err != nil || name[:fanoutDigits] != fan {
 				p.log.Warn("pool: gc: ignoring stray file in a fan-out directory", "path", filepath.Join(dir, name))
 				continue
@@ -193,7 +194,7 @@ func (p *Pool) recoverGraves(cutoff time.Time, st *GCStats) error {
 			continue
 		}
 		grave := filepath.Join(p.tmp, name)
-		id, err := ParseID(rest)
+		id, err := objid.Parse(rest)
 		if err != nil {
 			p.removeTemp(grave) // an empty reservation of an older version
 			continue

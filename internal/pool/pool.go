@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 )
 
@@ -237,7 +238,7 @@ func (p *Pool) checkFormat(names []string) error {
 		return fmt.Errorf("pool: open %s: read %s: %w", p.dir, path, err)
 	}
 	for _, name := range names {
-		if len(name) == 2 && isLowerHex(name) {
+		if len(name) == 2 && objid.IsLowerHex(name) {
 			return fmt.Errorf("pool: open %s: objects/%s is a fan-out directory of the first pool layout "+
 				"(objects/<2 hex digits>/, no %s file), which this wsfs does not read; "+
 				"remove the pool and let wsfs create a new one", p.dir, name, formatName)
@@ -275,7 +276,7 @@ func fanoutIndex(id ID) int { return int(id[0] >> 4) }
 // parseFanout parses a fan-out directory name (one lowercase hex digit)
 // into its index.
 func parseFanout(name string) (int, bool) {
-	if len(name) != fanoutDigits || !isLowerHex(name) {
+	if len(name) != fanoutDigits || !objid.IsLowerHex(name) {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(name, 16, 8)
@@ -345,7 +346,7 @@ func (p *Pool) removeTemp(name string) {
 // committed data) and reports dedup=false. An object that vanishes under
 // Put (GC removed it, see Protect) is published again from data.
 func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
-	id = Sum(data)
+	id = objid.Sum(data)
 	if p.isCorrupt(id) {
 		return id, false, p.repairFromBytes(id, data, "it failed verification earlier")
 	}
@@ -652,7 +653,7 @@ func (p *Pool) Open(id ID) (vfs.File, error) {
 	if ok && size == fi.Size() {
 		return f, nil
 	}
-	h := NewHasher()
+	h := objid.NewHasher()
 	buf := make([]byte, 256<<10)
 	if _, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, fi.Size()+1), buf); err != nil {
 		f.Close()
@@ -712,7 +713,7 @@ func (p *Pool) readVerified(id ID) ([]byte, error) {
 			data = append(data, 0)[:len(data)]
 		}
 	}
-	if got := Sum(data); got != id {
+	if got := objid.Sum(data); got != id {
 		return nil, p.corruptErr(id, path, got)
 	}
 	return data, nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 )
 
@@ -61,13 +62,13 @@ func fsck(t *testing.T, fsys vfs.FS, dir string, allowTemps int) {
 			t.Fatalf("fsck: %v", err)
 		}
 		for _, name := range names {
-			id, err := ParseID(name)
+			id, err := objid.Parse(name)
 			if err != nil || name[:fanoutDigits] != fan {
 				t.Errorf("fsck: stray file %s/%s", fan, name)
 				continue
 			}
 			data := readFile(t, fsys, filepath.Join(dir, objectsDir, fan, name))
-			if Sum(data) != id {
+			if objid.Sum(data) != id {
 				t.Errorf("fsck: object %s does not hash to its name", name)
 			}
 		}
@@ -113,48 +114,6 @@ func overwrite(t *testing.T, fsys vfs.FS, name string, mutate func([]byte) []byt
 	}
 }
 
-func TestID(t *testing.T) {
-	// BLAKE3-256 of the empty input, from the BLAKE3 test vectors.
-	const emptyHash = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
-	if got := Sum(nil).String(); got != emptyHash {
-		t.Fatalf("Sum(nil) = %s, want %s", got, emptyHash)
-	}
-	data := content(1, 200_000)
-	h := NewHasher()
-	for rest := data; len(rest) > 0; {
-		n := min(len(rest), 7919)
-		h.Write(rest[:n])
-		rest = rest[n:]
-	}
-	if h.Sum() != Sum(data) {
-		t.Fatal("streaming Hasher and Sum disagree")
-	}
-
-	valid := Sum([]byte("x")).String()
-	tests := []struct {
-		in      string
-		wantErr bool
-	}{
-		{valid, false},
-		{emptyHash, false},
-		{strings.ToUpper(valid), true},
-		{valid[:63], true},
-		{valid + "0", true},
-		{"", true},
-		{strings.Repeat("g", 64), true},
-	}
-	for _, tt := range tests {
-		id, err := ParseID(tt.in)
-		if (err != nil) != tt.wantErr {
-			t.Errorf("ParseID(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
-			continue
-		}
-		if err == nil && id.String() != tt.in {
-			t.Errorf("ParseID(%q).String() = %q", tt.in, id.String())
-		}
-	}
-}
-
 func TestPutDedupOpen(t *testing.T) {
 	sizes := []int{0, 1, 4 << 10, 100_000}
 	for _, fc := range fsCases {
@@ -171,8 +130,8 @@ func TestPutDedupOpen(t *testing.T) {
 				if dedup {
 					t.Errorf("first Put(%d bytes): dedup = true", size)
 				}
-				if id != Sum(data) {
-					t.Errorf("Put returned %s, want Sum %s", id, Sum(data))
+				if id != objid.Sum(data) {
+					t.Errorf("Put returned %s, want Sum %s", id, objid.Sum(data))
 				}
 				s := id.String()
 				if want := filepath.Join(dir, "objects", s[:1], s); p.Path(id) != want {
@@ -290,7 +249,7 @@ func TestMissingObject(t *testing.T) {
 		t.Run(fc.name, func(t *testing.T) {
 			fsys, dir := fc.new(t)
 			p := openPool(t, fsys, dir, Options{})
-			id := Sum([]byte("never stored"))
+			id := objid.Sum([]byte("never stored"))
 			calls := map[string]func() error{
 				"Open":        func() error { _, err := p.Open(id); return err },
 				"ReadAll":     func() error { _, err := p.ReadAll(id); return err },
@@ -437,7 +396,7 @@ func TestGCRacesProtect(t *testing.T) {
 				if op == vfs.OpRename && strings.Contains(filepath.Base(path), gravePrefix) {
 					raced++
 					later := start.Add(3 * time.Hour)
-					if err := base.Chtimes(p.Path(Sum([]byte("contested"))), later, later); err != nil {
+					if err := base.Chtimes(p.Path(objid.Sum([]byte("contested"))), later, later); err != nil {
 						t.Errorf("racing Protect: %v", err)
 					}
 				}

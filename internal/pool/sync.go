@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 )
 
@@ -182,7 +183,7 @@ func (p *Pool) checkAndSync(id ID, path string, f vfs.File) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("pool: sync object %s (%s): stat: %w", id, path, err)
 	}
 	if !p.isVerified(id, fi.Size()) {
-		h := NewHasher()
+		h := objid.NewHasher()
 		if _, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, fi.Size()+1), make([]byte, 256<<10)); err != nil {
 			return time.Time{}, fmt.Errorf("pool: sync object %s: read to verify: %w", id, err)
 		}

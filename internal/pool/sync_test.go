@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 	"wsfs/internal/vfs/errorfs"
 )
@@ -436,7 +437,7 @@ func TestPutFaults(t *testing.T) {
 				if err == nil || !errors.As(err, new(*errorfs.InjectedError)) {
 					t.Fatalf("Put with a fault: %v; want the injected error", err)
 				}
-				if _, err := p.ReadAll(Sum(data)); !errors.As(err, new(*MissingObjectError)) {
+				if _, err := p.ReadAll(objid.Sum(data)); !errors.As(err, new(*MissingObjectError)) {
 					t.Errorf("after a failed Put the object exists (ReadAll: %v)", err)
 				}
 				fsck(t, base, dir, 0)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 )
 
@@ -221,7 +222,7 @@ func TestCrossProcess(t *testing.T) {
 				t.Errorf("%s: malformed line %q", name, sc.Text())
 				continue
 			}
-			id, err := ParseID(fields[0])
+			id, err := objid.Parse(fields[0])
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
@@ -66,7 +67,7 @@ func TestPullCorruptOrMissingObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys []string
-	ws.ForEachObject(func(id pool.ID) { keys = append(keys, remote.ObjectKey(id.String())) })
+	ws.ForEachObject(func(id objid.ID) { keys = append(keys, remote.ObjectKey(id.String())) })
 	ws.Close()
 	if len(keys) < 2 {
 		t.Fatalf("the tree references %d objects, want at least 2", len(keys))
@@ -198,8 +199,8 @@ func TestShipperLocalObjectGone(t *testing.T) {
 	// A pooled file, then overwritten: its first object is unreferenced.
 	e.write("big", bytes.Repeat([]byte("first version "), 10000))
 	e.commit()
-	var first []pool.ID
-	e.ws.ForEachObject(func(id pool.ID) { first = append(first, id) })
+	var first []objid.ID
+	e.ws.ForEachObject(func(id objid.ID) { first = append(first, id) })
 	e.write("big", bytes.Repeat([]byte("second version "), 10000))
 	e.commit()
 	// Until a checkpoint after the overwrite exists (the one segment, and
@@ -211,9 +212,9 @@ func TestShipperLocalObjectGone(t *testing.T) {
 			break
 		}
 	}
-	still := map[pool.ID]bool{}
-	e.ws.ForEachObject(func(id pool.ID) { still[id] = true })
-	var gone pool.ID
+	still := map[objid.ID]bool{}
+	e.ws.ForEachObject(func(id objid.ID) { still[id] = true })
+	var gone objid.ID
 	found := false
 	for _, id := range first {
 		if !still[id] {

@@ -6,8 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 	"wsfs/internal/remote"
 )
 
@@ -56,7 +55,7 @@ func GC(ctx context.Context, st remote.Store, grace time.Duration, now time.Time
 		return stats, err
 	}
 	named := map[string]bool{}
-	refs := map[pool.ID]bool{}
+	refs := map[objid.ID]bool{}
 	for _, f := range files {
 		name, ok := strings.CutSuffix(strings.TrimPrefix(f.Key, "workspaces/"), "/head")
 		if !ok || strings.Contains(name, "/") {
@@ -82,7 +81,7 @@ func GC(ctx context.Context, st remote.Store, grace time.Duration, now time.Time
 		}
 		for _, n := range tree.Inodes() {
 			if n.IsReg() {
-				n.Content.Objects(func(id namespace.ObjectID) { refs[pool.ID(id)] = true })
+				n.Content.Objects(func(id objid.ID) { refs[id] = true })
 			}
 		}
 	}
@@ -118,7 +117,7 @@ func GC(ctx context.Context, st remote.Store, grace time.Duration, now time.Time
 		return stats, err
 	}
 	for _, o := range objs {
-		id, err := pool.ParseID(strings.TrimPrefix(o.Key, "objects/"))
+		id, err := objid.Parse(strings.TrimPrefix(o.Key, "objects/"))
 		if err != nil {
 			continue // not ours
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/seglog"
@@ -96,19 +97,19 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	res.Group, res.Inodes = at, tree.Len()
 
 	// Objects.
-	ids := map[pool.ID]struct{}{}
+	ids := map[objid.ID]struct{}{}
 	for _, n := range tree.Inodes() {
 		if n.IsReg() {
-			n.Content.Objects(func(id namespace.ObjectID) { ids[pool.ID(id)] = struct{}{} })
+			n.Content.Objects(func(id objid.ID) { ids[id] = struct{}{} })
 		}
 	}
 	res.Objects = len(ids)
-	list := make([]pool.ID, 0, len(ids))
+	list := make([]objid.ID, 0, len(ids))
 	for id := range ids {
 		list = append(list, id)
 	}
 	var fetched, fetchedBytes atomic.Int64
-	if err := parallel(ctx, opts.Parallel, list, func(ctx context.Context, id pool.ID) error {
+	if err := parallel(ctx, opts.Parallel, list, func(ctx context.Context, id objid.ID) error {
 		if _, err := opts.Pool.ReadAll(id); err == nil {
 			return nil // already local (and verified)
 		}
@@ -168,7 +169,7 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 
 // fetchObject downloads object id, verifies it and puts it into the pool
 // (unsynced; the caller syncs).
-func fetchObject(ctx context.Context, st remote.Store, p *pool.Pool, id pool.ID) (int, error) {
+func fetchObject(ctx context.Context, st remote.Store, p *pool.Pool, id objid.ID) (int, error) {
 	key := remote.ObjectKey(id.String())
 	data, err := st.Get(ctx, key)
 	if errors.Is(err, remote.ErrNotFound) {
@@ -177,7 +178,7 @@ func fetchObject(ctx context.Context, st remote.Store, p *pool.Pool, id pool.ID)
 	if err != nil {
 		return 0, err
 	}
-	if got := pool.Sum(data); got != id {
+	if got := objid.Sum(data); got != id {
 		return 0, &CorruptRemoteError{Store: st.String(), Key: key, Reason: fmt.Sprintf("its %d bytes hash to %s", len(data), got)}
 	}
 	if got, _, err := p.Put(data); err != nil {

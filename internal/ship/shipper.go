@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/seglog"
@@ -102,7 +103,7 @@ type Shipper struct {
 
 	head     Head
 	loaded   bool
-	known    map[pool.ID]struct{} // objects known to be in the bucket
+	known    map[objid.ID]struct{} // objects known to be in the bucket
 	tails    map[uint64]*seglog.Tail
 	buf      []group // durable groups read but not yet shipped, in order
 	failed   error   // sticky: a local sync failed, or another writer changed the head
@@ -143,7 +144,7 @@ func New(opts Options) *Shipper {
 	}
 	return &Shipper{opts: opts, lg: opts.Logger.With("workspace", opts.Name, "remote", opts.Store.String()),
 		logDir: filepath.Join(opts.Dir, "log"), ckDir: filepath.Join(opts.Dir, "checkpoint"),
-		known: map[pool.ID]struct{}{}, tails: map[uint64]*seglog.Tail{}}
+		known: map[objid.ID]struct{}{}, tails: map[uint64]*seglog.Tail{}}
 }
 
 // HeadKey is the key of workspace name's head.
@@ -294,11 +295,11 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	}
 
 	// 1. Objects.
-	ids := map[pool.ID]struct{}{}
+	ids := map[objid.ID]struct{}{}
 	if ck != nil {
 		for _, n := range ck.tree.Inodes() {
 			if n.IsReg() {
-				n.Content.Objects(func(id namespace.ObjectID) { ids[pool.ID(id)] = struct{}{} })
+				n.Content.Objects(func(id objid.ID) { ids[id] = struct{}{} })
 			}
 		}
 	}
@@ -309,7 +310,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 				return s.head.Group, fmt.Errorf("ship %s: group %d record %d: %w", s.opts.Name, g.n, i, err)
 			}
 			if r.Op == namespace.OpSetContent {
-				r.Content.Objects(func(id namespace.ObjectID) { ids[pool.ID(id)] = struct{}{} })
+				r.Content.Objects(func(id objid.ID) { ids[id] = struct{}{} })
 			}
 		}
 	}
@@ -674,8 +675,8 @@ func (s *Shipper) latestCheckpoint() (*localCheckpoint, error) {
 }
 
 // uploadObjects makes every object of ids present in the bucket.
-func (s *Shipper) uploadObjects(ctx context.Context, ids map[pool.ID]struct{}) error {
-	var todo []pool.ID
+func (s *Shipper) uploadObjects(ctx context.Context, ids map[objid.ID]struct{}) error {
+	var todo []objid.ID
 	for id := range ids {
 		if _, ok := s.known[id]; !ok {
 			todo = append(todo, id)
@@ -686,7 +687,7 @@ func (s *Shipper) uploadObjects(ctx context.Context, ids map[pool.ID]struct{}) e
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	work := make(chan pool.ID)
+	work := make(chan objid.ID)
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
@@ -724,7 +725,7 @@ func (s *Shipper) uploadObjects(ctx context.Context, ids map[pool.ID]struct{}) e
 	return firstErr
 }
 
-func (s *Shipper) uploadObject(ctx context.Context, id pool.ID) error {
+func (s *Shipper) uploadObject(ctx context.Context, id objid.ID) error {
 	key := remote.ObjectKey(id.String())
 	info, ok, err := s.opts.Store.Stat(ctx, key)
 	if err != nil {

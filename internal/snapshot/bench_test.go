@@ -12,6 +12,7 @@ import (
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -260,9 +261,9 @@ func BenchmarkSmallContentsAsObjects(b *testing.B) {
 			}
 		}
 		b.StartTimer()
-		ids := make([]pool.ID, n)
+		ids := make([]objid.ID, n)
 		for i, d := range blobs {
-			ids[i] = must[pool.ID](b)(func() (pool.ID, error) { id, _, err := p.Put(d); return id, err }())
+			ids[i] = must[objid.ID](b)(func() (objid.ID, error) { id, _, err := p.Put(d); return id, err }())
 		}
 		noErr(b, p.SyncObjects(ids, pool.DefaultSyncParallel))
 	}

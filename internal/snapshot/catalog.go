@@ -42,7 +42,7 @@ import (
 	"strings"
 	"time"
 
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 )
 
@@ -70,7 +70,7 @@ type Info struct {
 	Label string
 	Time  time.Time // when it was taken (wall clock)
 	Group uint64    // the workspace's last committed group it contains
-	Root  pool.ID   // manifest root object
+	Root  objid.ID  // manifest root object
 }
 
 // Dir is the catalog directory of the workspace in wsDir.

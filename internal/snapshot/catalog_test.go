@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"wsfs/internal/manifest"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 	"wsfs/internal/workspace"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
 func TestEntryGolden(t *testing.T) {
-	in := Info{ID: 7, Label: "before refactor", Time: time.Unix(1764547200, 123456789), Group: 4242, Root: pool.Sum([]byte("root"))}
+	in := Info{ID: 7, Label: "before refactor", Time: time.Unix(1764547200, 123456789), Group: 4242, Root: objid.Sum([]byte("root"))}
 	b := EncodeEntry(in)
 	path := filepath.Join("testdata", "entry-v1.golden")
 	if *update {
@@ -214,11 +214,11 @@ func TestForEachObject(t *testing.T) {
 	writeFile(t, w, workspace.RootIno, "small", []byte("s"))
 	noErr(t, w.Close())
 	a := must[Info](t)(func() (Info, error) { in, _, err := CreateOffline(e.opts("w"), "a", time.Now()); return in, err }())
-	listed := map[pool.ID]bool{}
-	noErr(t, ForEachObject(e.fs, e.wsDir("w"), e.pool, func(id pool.ID) { listed[id] = true }))
+	listed := map[objid.ID]bool{}
+	noErr(t, ForEachObject(e.fs, e.wsDir("w"), e.pool, func(id objid.ID) { listed[id] = true }))
 	// 1 root + 2 manifests + 1 object + 3 chunks (equal chunks dedup to 1).
-	var need []pool.ID
-	noErr(t, manifest.ForEachObject(&manifest.PoolStore{Pool: e.pool}, a.Root, nil, func(id pool.ID) { need = append(need, id) }))
+	var need []objid.ID
+	noErr(t, manifest.ForEachObject(&manifest.PoolStore{Pool: e.pool}, a.Root, nil, func(id objid.ID) { need = append(need, id) }))
 	for _, id := range need {
 		if !listed[id] {
 			t.Fatalf("object %s needed by the snapshot is not listed", id)
@@ -229,7 +229,7 @@ func TestForEachObject(t *testing.T) {
 	}
 	noErr(t, Remove(e.fs, e.wsDir("w"), a.ID))
 	n := 0
-	noErr(t, ForEachObject(e.fs, e.wsDir("w"), e.pool, func(pool.ID) { n++ }))
+	noErr(t, ForEachObject(e.fs, e.wsDir("w"), e.pool, func(objid.ID) { n++ }))
 	if n != 0 {
 		t.Fatalf("after removing the only snapshot, %d objects listed", n)
 	}

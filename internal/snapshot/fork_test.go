@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"wsfs/internal/manifest"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 	"wsfs/internal/workspace"
 )
 
@@ -27,9 +27,9 @@ func TestForkKeepsObjectsForGC(t *testing.T) {
 	noErr(t, Remove(e.fs, e.wsDir("w"), in.ID))
 
 	fw := e.open("f")
-	listed := map[pool.ID]bool{}
-	fw.ForEachObject(func(id pool.ID) { listed[id] = true })
-	noErr(t, manifest.ForEachObject(&manifest.PoolStore{Pool: e.pool}, in.Root, nil, func(id pool.ID) {
+	listed := map[objid.ID]bool{}
+	fw.ForEachObject(func(id objid.ID) { listed[id] = true })
+	noErr(t, manifest.ForEachObject(&manifest.PoolStore{Pool: e.pool}, in.Root, nil, func(id objid.ID) {
 		if !listed[id] {
 			t.Errorf("object %s the fork's checkpoint needs is not listed by the fork", id)
 		}

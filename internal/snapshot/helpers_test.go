@@ -162,7 +162,7 @@ func readContent(t testing.TB, p *pool.Pool, n *namespace.Inode) []byte {
 	c := &n.Content
 	switch {
 	case c.IsObject:
-		return must[[]byte](t)(p.ReadAll(pool.ID(c.Object)))
+		return must[[]byte](t)(p.ReadAll(c.Object))
 	case c.IsChunked():
 		var b []byte
 		for i, id := range c.Chunks {
@@ -171,7 +171,7 @@ func readContent(t testing.TB, p *pool.Pool, n *namespace.Inode) []byte {
 				b = append(b, make([]byte, size)...)
 				continue
 			}
-			b = append(b, must[[]byte](t)(p.ReadAll(pool.ID(id)))...)
+			b = append(b, must[[]byte](t)(p.ReadAll(id))...)
 		}
 		return b
 	}

@@ -11,6 +11,7 @@ import (
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
@@ -94,7 +95,7 @@ func CreateServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Po
 
 // publishNew syncs the manifests st put or reused, allocates an ID and
 // publishes the catalog entry durably.
-func publishNew(fsys vfs.FS, wsDir string, st *manifest.PoolStore, root pool.ID, group uint64, label string, now time.Time) (Info, error) {
+func publishNew(fsys vfs.FS, wsDir string, st *manifest.PoolStore, root objid.ID, group uint64, label string, now time.Time) (Info, error) {
 	// Contents are durable already (committed groups synced them); the
 	// manifests are not until this sync.
 	if err := st.Sync(); err != nil {
@@ -266,13 +267,13 @@ func DiffTree(p *pool.Pool, a Info, t *namespace.Tree) ([]manifest.Change, error
 // meanwhile is protected by the pool's grace period, since Create puts or
 // protects every manifest it references). An unreadable manifest is an
 // error, so that GC stops before removing anything.
-func ForEachObject(fsys vfs.FS, wsDir string, p *pool.Pool, fn func(pool.ID)) error {
+func ForEachObject(fsys vfs.FS, wsDir string, p *pool.Pool, fn func(objid.ID)) error {
 	all, err := List(fsys, wsDir)
 	if err != nil {
 		return err
 	}
 	st := &manifest.PoolStore{Pool: p}
-	visited := map[pool.ID]bool{}
+	visited := map[objid.ID]bool{}
 	for _, in := range all {
 		if err := manifest.ForEachObject(st, in.Root, visited, fn); err != nil {
 			return fmt.Errorf("snapshot %d of %s: %w", in.ID, wsDir, err)

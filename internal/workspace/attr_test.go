@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // TestTimesSurviveFlush: cp -p and tar write, set times, then close; the
@@ -100,8 +100,8 @@ func TestObjectFile(t *testing.T) {
 	small := writeFile(t, w, RootIno, "small", []byte("inline"))
 	big := writeFile(t, w, RootIno, "big", pattern(500, 1))
 	var objs []string
-	w.ForEachObject(func(id pool.ID) { objs = append(objs, id.String()) })
-	if len(objs) != 1 || objs[0] != pool.Sum(pattern(500, 1)).String() {
+	w.ForEachObject(func(id objid.ID) { objs = append(objs, id.String()) })
+	if len(objs) != 1 || objs[0] != objid.Sum(pattern(500, 1)).String() {
 		t.Fatalf("ForEachObject: %v", objs)
 	}
 	for _, tc := range []struct {

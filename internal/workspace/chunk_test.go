@@ -6,8 +6,7 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"testing"
-
-	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 )
 
 // TestChunkedDifferential drives one file through random writes (within,
@@ -158,7 +157,7 @@ func TestChunkHoles(t *testing.T) {
 		noErr(t, err)
 		c := w.tree.Get(uint64ToIno(f.Ino)).Content
 		objs := 0
-		c.Objects(func(namespace.ObjectID) { objs++ })
+		c.Objects(func(objid.ID) { objs++ })
 		if len(c.Chunks) != 1<<20 || objs != 2 {
 			t.Fatalf("%d chunks with %d objects, want %d with 2", len(c.Chunks), objs, 1<<20)
 		}

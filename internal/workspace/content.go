@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 )
@@ -19,7 +20,7 @@ import (
 // drops refs to zero. Fields are guarded by the inode's Mu.
 type objFile struct {
 	f       vfs.File
-	id      pool.ID
+	id      objid.ID
 	refs    int
 	retired bool
 }
@@ -120,13 +121,13 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 	}
 	n.Mu.Unlock()
 	if c.IsObject {
-		k, err := h.w.readObject(n, pool.ID(c.Object), p, off, size)
+		k, err := h.w.readObject(n, c.Object, p, off, size)
 		return k, wsErr("read", ino, "", err)
 	}
 	k, err := eachChunkPiece(p, off, size, c.ChunkShift, func(i int, piece []byte, within int64) (int, error) {
 		if id := c.Chunks[i]; id != namespace.HoleChunk {
 			start := int64(i) << c.ChunkShift
-			return h.w.readObject(n, pool.ID(id), piece, within, min(size-start, 1<<c.ChunkShift))
+			return h.w.readObject(n, id, piece, within, min(size-start, 1<<c.ChunkShift))
 		}
 		clear(piece)
 		return len(piece), nil
@@ -138,7 +139,7 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 // through n's cached object file; the inode lock is not held while the
 // bytes are read (objects are immutable), so reads of one file run in
 // parallel. The caller does not hold n.Mu.
-func (w *Workspace) readObject(n *namespace.Inode, id pool.ID, p []byte, off, size int64) (int, error) {
+func (w *Workspace) readObject(n *namespace.Inode, id objid.ID, p []byte, off, size int64) (int, error) {
 	n.Mu.Lock()
 	o, err := w.objectLocked(n.Ino, liveFor(n), id)
 	if err != nil {
@@ -165,7 +166,7 @@ func (w *Workspace) readObject(n *namespace.Inode, id pool.ID, p []byte, off, si
 // errno from the OS read is logged at ERROR naming the object and the
 // inode (wsfs fsck names the paths), because the reader's EIO alone says
 // nothing about the cause. nil stays nil.
-func (w *Workspace) objectErr(ino namespace.Ino, id pool.ID, err error) error {
+func (w *Workspace) objectErr(ino namespace.Ino, id objid.ID, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -185,7 +186,7 @@ func (w *Workspace) objectErr(ino namespace.Ino, id pool.ID, err error) error {
 
 // objectLocked returns the inode's cached open object id, opening (and
 // verifying, once per process) it if needed; it replaces the cached one.
-func (w *Workspace) objectLocked(ino namespace.Ino, lv *live, id pool.ID) (*objFile, error) {
+func (w *Workspace) objectLocked(ino namespace.Ino, lv *live, id objid.ID) (*objFile, error) {
 	if lv.obj != nil && lv.obj.id == id {
 		return lv.obj, nil
 	}
@@ -269,7 +270,7 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 	}
 	d := lv.dirty
 	rec := &namespace.Record{Op: namespace.OpSetContent, Ino: n.Ino, Size: uint64(d.size), Mtime: d.mtime, Time: d.ctime}
-	var objs []pool.ID
+	var objs []objid.ID
 	switch {
 	case d.chunks != nil && d.size > 1<<d.shift:
 		if err := w.putChunks(d, -1); err != nil {
@@ -296,8 +297,8 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 			return errno(err)
 		}
 		pooledCounter(&w.bytes, dedup).Add(uint64(d.size))
-		rec.Content = namespace.Content{IsObject: true, Object: namespace.ObjectID(id)}
-		objs = []pool.ID{id}
+		rec.Content = namespace.Content{IsObject: true, Object: id}
+		objs = []objid.ID{id}
 	}
 	if err := w.record(rec, objs, true); err != nil {
 		return err
@@ -308,15 +309,15 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 }
 
 // namedIn returns the objects of put that chunks names, once each.
-func namedIn(put []pool.ID, chunks []namespace.ObjectID) []pool.ID {
+func namedIn(put []objid.ID, chunks []objid.ID) []objid.ID {
 	if len(put) == 0 {
 		return nil
 	}
-	named := make(map[pool.ID]bool, len(chunks))
+	named := make(map[objid.ID]bool, len(chunks))
 	for _, id := range chunks {
-		named[pool.ID(id)] = true
+		named[id] = true
 	}
-	var out []pool.ID
+	var out []objid.ID
 	for _, id := range put {
 		if named[id] {
 			out = append(out, id)
@@ -417,7 +418,7 @@ func (h *Handle) ObjectFile() (vfs.File, bool) {
 		n.Mu.Unlock()
 		return nil, false
 	}
-	id := pool.ID(n.Content.Object)
+	id := n.Content.Object
 	n.Mu.Unlock()
 	f, err := h.w.pool.Open(id)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // smallLimits makes inline, pooled and chunked contents cheap to reach.
@@ -85,7 +85,7 @@ func TestContentKinds(t *testing.T) {
 				defer w.Close()
 				eq(t, readAll(t, w, f.Ino), tc.want, "after reopen")
 				if tc.kind == "object" {
-					data, err := e.pool.ReadAll(pool.ID(w.tree.Get(uint64ToIno(f.Ino)).Content.Object))
+					data, err := e.pool.ReadAll(w.tree.Get(uint64ToIno(f.Ino)).Content.Object)
 					noErr(t, err)
 					eq(t, data, tc.want, "pool object")
 				}
@@ -126,7 +126,7 @@ func TestCopyOnWriteAndTruncate(t *testing.T) {
 			_, err := h.WriteAt([]byte("XY"), int64(size/2))
 			noErr(t, err)
 			snapshot := &namespace.Inode{Size: uint64(size), Content: oldContent}
-			if got, want := w.contentID(snapshot), namespace.ObjectID(pool.Sum(orig)); got != want {
+			if got, want := w.contentID(snapshot), objid.Sum(orig); got != want {
 				t.Fatalf("published %s content changed after an overwrite", contentKind(&oldContent))
 			}
 			noErr(t, h.Release()) // flushes: last handle
@@ -223,7 +223,7 @@ func TestLargeSparse(t *testing.T) {
 	eq(t, buf[:n], make([]byte, 32), "hole")
 	c := w.tree.Get(uint64ToIno(f.Ino)).Content
 	objs := 0
-	c.Objects(func(namespace.ObjectID) { objs++ })
+	c.Objects(func(objid.ID) { objs++ })
 	if !c.IsChunked() || objs != 1 {
 		t.Fatalf("content chunked=%v with %d objects, want chunked with 1 object", c.IsChunked(), objs)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 )
@@ -85,7 +86,7 @@ func (m *model) render() string {
 			e.Type, e.Target, e.Perm = 'l', n.sym, 0o777
 		default:
 			e.Type, e.Size = 'f', uint64(len(n.content))
-			id := pool.Sum(n.content)
+			id := objid.Sum(n.content)
 			e.Content = hex.EncodeToString(id[:])
 			if e.Nlink > 1 {
 				if p, ok := first[n]; ok {
@@ -494,7 +495,7 @@ func recoverDump(fs *vfs.MemFS) (string, error) {
 	defer w.Close()
 	for _, n := range w.tree.Inodes() {
 		if n.IsReg() && n.Content.IsObject {
-			if _, err := p.ReadAll(pool.ID(n.Content.Object)); err != nil {
+			if _, err := p.ReadAll(n.Content.Object); err != nil {
 				return "", fmt.Errorf("inode %d: content object: %w", n.Ino, err)
 			}
 		}

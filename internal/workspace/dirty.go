@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // This file holds dirty content: its type, creating it from published
@@ -41,10 +41,10 @@ type dirty struct {
 	mem []byte
 
 	shift  uint8
-	chunks []namespace.ObjectID // private copy; len == ChunkCount(size)
+	chunks []objid.ID // private copy; len == ChunkCount(size)
 	bufs   map[int][]byte
-	hot    int       // the chunk the last write ended in: stays in memory
-	put    []pool.ID // objects put for this content since its last record
+	hot    int        // the chunk the last write ended in: stays in memory
+	put    []objid.ID // objects put for this content since its last record
 }
 
 // maxDirtyChunks bounds the chunk buffers one inode holds in memory.
@@ -90,16 +90,16 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 			d.mem = append([]byte(nil), c.Inline...)
 			d.size = int64(len(d.mem))
 		case n.Size <= uint64(w.opts.ChunkSize):
-			b, err := w.pool.ReadAll(pool.ID(c.Object))
+			b, err := w.pool.ReadAll(c.Object)
 			if err != nil {
-				return nil, w.objectErr(n.Ino, pool.ID(c.Object), err)
+				return nil, w.objectErr(n.Ino, c.Object, err)
 			}
 			if uint64(len(b)) != n.Size {
-				return nil, &ioError{fmt.Errorf("object %s has %d bytes, inode size %d", pool.ID(c.Object), len(b), n.Size)}
+				return nil, &ioError{fmt.Errorf("object %s has %d bytes, inode size %d", c.Object, len(b), n.Size)}
 			}
 			d.mem, d.size = b, int64(len(b))
 		default:
-			if err := w.splitObject(n.Ino, lv, d, pool.ID(c.Object), int64(n.Size)); err != nil {
+			if err := w.splitObject(n.Ino, lv, d, c.Object, int64(n.Size)); err != nil {
 				w.discard(d)
 				return nil, err
 			}
@@ -112,13 +112,13 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 // splitObject makes d the chunked form of one pool object larger than a
 // chunk (content written with a larger chunk size), putting each chunk to
 // the pool. It costs one pass over the object, once.
-func (w *Workspace) splitObject(ino namespace.Ino, lv *live, d *dirty, id pool.ID, size int64) error {
+func (w *Workspace) splitObject(ino namespace.Ino, lv *live, d *dirty, id objid.ID, size int64) error {
 	o, err := w.objectLocked(ino, lv, id)
 	if err != nil {
 		return err
 	}
 	d.shift, d.bufs, d.size = w.shift, map[int][]byte{}, size
-	d.chunks = make([]namespace.ObjectID, namespace.ChunkCount(uint64(size), d.shift))
+	d.chunks = make([]objid.ID, namespace.ChunkCount(uint64(size), d.shift))
 	for i := range d.chunks {
 		b := getBuf(1 << d.shift)
 		k, err := o.f.ReadAt(b[:d.chunkLen(i)], int64(i)<<d.shift)
@@ -138,7 +138,7 @@ func (w *Workspace) splitObject(ino namespace.Ino, lv *live, d *dirty, id pool.I
 // toChunks turns small-form d into chunked form.
 func (w *Workspace) toChunks(d *dirty) {
 	d.shift, d.bufs = w.shift, map[int][]byte{}
-	d.chunks = make([]namespace.ObjectID, namespace.ChunkCount(uint64(d.size), d.shift))
+	d.chunks = make([]objid.ID, namespace.ChunkCount(uint64(d.size), d.shift))
 	switch {
 	case cap(d.mem) >= 1<<d.shift:
 		// growMem's buffers reach the chunk size: reuse, do not copy.
@@ -166,7 +166,7 @@ func (w *Workspace) chunkBuf(d *dirty, i int, load bool) ([]byte, error) {
 	}
 	b := getBuf(1 << d.shift)
 	if load && i < len(d.chunks) && d.chunks[i] != namespace.HoleChunk {
-		id := pool.ID(d.chunks[i])
+		id := d.chunks[i]
 		data, err := w.pool.ReadAll(id)
 		if err != nil {
 			putBuf(b)
@@ -198,7 +198,7 @@ func (w *Workspace) putChunk(d *dirty, i int) error {
 			return errno(err)
 		}
 		pooledCounter(&w.bytes, dedup).Add(uint64(len(data)))
-		d.chunks[i] = namespace.ObjectID(id)
+		d.chunks[i] = id
 		d.put = append(d.put, id)
 	}
 	delete(d.bufs, i)
@@ -327,7 +327,7 @@ func (w *Workspace) resizeChunks(d *dirty, size int64) error {
 		}
 		d.chunks = d.chunks[:n]
 	} else {
-		d.chunks = append(d.chunks, make([]namespace.ObjectID, n-len(d.chunks))...)
+		d.chunks = append(d.chunks, make([]objid.ID, n-len(d.chunks))...)
 	}
 	d.size = size
 	return nil
@@ -349,8 +349,8 @@ func (w *Workspace) readDirty(lv *live, d *dirty, p []byte, off int64) (int, err
 		if b, ok := d.bufs[i]; ok {
 			return copy(piece, b[within:]), nil
 		}
-		id := pool.ID(d.chunks[i])
-		if id == pool.ID(namespace.HoleChunk) {
+		id := d.chunks[i]
+		if id == namespace.HoleChunk {
 			clear(piece)
 			return len(piece), nil
 		}

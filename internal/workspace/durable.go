@@ -5,7 +5,7 @@ import (
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
-	"wsfs/internal/pool"
+	"wsfs/internal/objid"
 )
 
 // DurableTree commits every operation completed before the call and calls
@@ -46,7 +46,7 @@ func (w *Workspace) DurableTree(fn func(t *namespace.Tree, group uint64) error) 
 // builds everything without holding up commits; later calls build under
 // the shadow's lock, so commits wait for the changed directories only.
 // Calls are serialized.
-func (w *Workspace) DurableManifest(st *manifest.PoolStore) (root pool.ID, group uint64, stats manifest.BuildStats, err error) {
+func (w *Workspace) DurableManifest(st *manifest.PoolStore) (root objid.ID, group uint64, stats manifest.BuildStats, err error) {
 	w.snapMu.Lock()
 	defer w.snapMu.Unlock()
 	if err := w.Sync(); err != nil {
@@ -78,9 +78,9 @@ func (w *Workspace) DurableManifest(st *manifest.PoolStore) (root pool.ID, group
 	}
 	before := len(st.PutIDs())
 	root, stats, err = c.Build(w.shadow, st)
-	var dirs []pool.ID
+	var dirs []objid.ID
 	if err == nil {
-		c.DirIDs(func(id pool.ID) { dirs = append(dirs, id) })
+		c.DirIDs(func(id objid.ID) { dirs = append(dirs, id) })
 	} else {
 		c.Invalidate()
 	}
@@ -88,7 +88,7 @@ func (w *Workspace) DurableManifest(st *manifest.PoolStore) (root pool.ID, group
 	if err != nil {
 		return root, 0, stats, err
 	}
-	fresh := map[pool.ID]bool{}
+	fresh := map[objid.ID]bool{}
 	for _, id := range st.PutIDs()[before:] {
 		fresh[id] = true
 	}

@@ -12,6 +12,7 @@ import (
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
@@ -47,8 +48,8 @@ func (k ProblemKind) Corrupt() bool {
 // what to do about it.
 type Problem struct {
 	Kind   ProblemKind
-	Where  string  // file (segment, checkpoint, object, temp), with the offset for a segment
-	Object pool.ID // for object problems
+	Where  string   // file (segment, checkpoint, object, temp), with the offset for a segment
+	Object objid.ID // for object problems
 	Paths  []string
 	What   string // what is wrong
 	Do     string // what to do
@@ -281,7 +282,7 @@ func check(opts CheckOptions) (*Report, error) {
 			}
 		}
 	}
-	byObject := map[pool.ID][]namespace.Ino{}
+	byObject := map[objid.ID][]namespace.Ino{}
 	for _, n := range tree.Inodes() {
 		if n.Nlink == 0 {
 			continue
@@ -291,11 +292,11 @@ func check(opts CheckOptions) (*Report, error) {
 			continue
 		}
 		rep.Files++
-		n.Content.Objects(func(id namespace.ObjectID) {
-			byObject[pool.ID(id)] = append(byObject[pool.ID(id)], n.Ino)
+		n.Content.Objects(func(id objid.ID) {
+			byObject[id] = append(byObject[id], n.Ino)
 		})
 	}
-	ids := make([]pool.ID, 0, len(byObject))
+	ids := make([]objid.ID, 0, len(byObject))
 	for id := range byObject {
 		ids = append(ids, id)
 	}

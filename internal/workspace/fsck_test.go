@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
@@ -23,8 +24,8 @@ type fsckFixture struct {
 	small    []byte
 	pooled   []byte
 	chunked  []byte
-	pooledID pool.ID
-	chunkID  pool.ID // chunk 1 of /d/chunked
+	pooledID objid.ID
+	chunkID  objid.ID // chunk 1 of /d/chunked
 }
 
 func newFsckFixture(t *testing.T, tune func(o *Options)) *fsckFixture {
@@ -50,11 +51,11 @@ func newFsckFixture(t *testing.T, tune func(o *Options)) *fsckFixture {
 	c := writeFile(t, w, d.Ino, "chunked", f.chunked)
 	noErr(t, w.Sync())
 	w.tree.Get(namespace.Ino(p.Ino)).Mu.Lock()
-	f.pooledID = pool.ID(w.tree.Get(namespace.Ino(p.Ino)).Content.Object)
+	f.pooledID = w.tree.Get(namespace.Ino(p.Ino)).Content.Object
 	w.tree.Get(namespace.Ino(p.Ino)).Mu.Unlock()
 	n := w.tree.Get(namespace.Ino(c.Ino))
 	n.Mu.Lock()
-	f.chunkID = pool.ID(n.Content.Chunks[1])
+	f.chunkID = n.Content.Chunks[1]
 	n.Mu.Unlock()
 	noErr(t, w.Close())
 	return f
@@ -145,7 +146,7 @@ func TestFsckObjects(t *testing.T) {
 		t.Fatalf("problems %+v", rep.Problems)
 	}
 	for _, p := range rep.Problems {
-		want := map[ProblemKind]pool.ID{ProblemObjectMissing: f.chunkID, ProblemObjectCorrupt: f.pooledID}[p.Kind]
+		want := map[ProblemKind]objid.ID{ProblemObjectMissing: f.chunkID, ProblemObjectCorrupt: f.pooledID}[p.Kind]
 		path := map[ProblemKind]string{ProblemObjectMissing: "/d/chunked", ProblemObjectCorrupt: "/pooled"}[p.Kind]
 		if p.Object != want || !slices.Equal(p.Paths, []string{path}) {
 			t.Fatalf("object problem %+v, want %s at %s", p, want, path)

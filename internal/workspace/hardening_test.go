@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 )
 
@@ -115,7 +116,7 @@ func TestBlocksCountStoredBytes(t *testing.T) {
 }
 
 // objectPath is where the pool keeps object id (layout 2: 16 fan-outs).
-func objectPath(e *env, id pool.ID) string {
+func objectPath(e *env, id objid.ID) string {
 	s := id.String()
 	return filepath.Join(e.root, "pool", "objects", s[:1], s)
 }
@@ -144,7 +145,7 @@ func TestMissingObjectIsEIO(t *testing.T) {
 			}
 			f := writeFile(t, w, RootIno, "f", content)
 			noErr(t, w.Close())
-			var id pool.ID
+			var id objid.ID
 			var c namespace.Content
 			w = e.open()
 			n := w.tree.Get(namespace.Ino(f.Ino))
@@ -154,12 +155,12 @@ func TestMissingObjectIsEIO(t *testing.T) {
 				if !c.IsChunked() {
 					t.Fatal("want chunked content")
 				}
-				id = pool.ID(c.Chunks[1])
+				id = c.Chunks[1]
 			} else {
 				if !c.IsObject {
 					t.Fatal("want one object")
 				}
-				id = pool.ID(c.Object)
+				id = c.Object
 			}
 			path := objectPath(e, id)
 			switch tc.damage {

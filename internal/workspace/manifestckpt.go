@@ -5,6 +5,7 @@ import (
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 )
 
@@ -56,7 +57,7 @@ func DecodeCheckpointPayload(p *pool.Pool, payload []byte) (*namespace.Tree, err
 // forEachManifestObject lists the manifests (and contents) of the
 // manifest root the workspace was opened from, if any. A manifest that
 // can no longer be read is skipped: there is nothing left to protect.
-func (w *Workspace) forEachManifestObject(fn func(pool.ID)) {
+func (w *Workspace) forEachManifestObject(fn func(objid.ID)) {
 	if w.hasManifestRoot {
 		_ = manifest.ForEachObject(&manifest.PoolStore{Pool: w.pool}, w.manifestRoot, nil, fn)
 	}

@@ -83,6 +83,7 @@ import (
 	"wsfs/internal/commit"
 	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
@@ -233,7 +234,7 @@ type Workspace struct {
 
 	// The manifest root the checkpoint read at Open named (fork, restore),
 	// whose manifests ForEachObject also lists; set only by Open.
-	manifestRoot    pool.ID
+	manifestRoot    objid.ID
 	hasManifestRoot bool
 
 	failed  atomic.Pointer[ioError] // sticky: set when a commit fails
@@ -562,7 +563,7 @@ func (w *Workspace) setFailed(err error) {
 // decoded from its own encoding, exactly as replay will apply it, and its
 // inline content shares the encoded buffer with the committer and the
 // durable shadow.
-func (w *Workspace) record(rec *namespace.Record, objs []pool.ID, persist bool) error {
+func (w *Workspace) record(rec *namespace.Record, objs []objid.ID, persist bool) error {
 	if err := w.usable(); err != nil {
 		return err
 	}
@@ -720,24 +721,24 @@ func (w *Workspace) Dump() []namespace.DumpEntry {
 // contentID is the pool ID of n's published content; for content that
 // cannot be read, an ID of all 0xff bytes (which no content has in a
 // test's model).
-func (w *Workspace) contentID(n *namespace.Inode) namespace.ObjectID {
+func (w *Workspace) contentID(n *namespace.Inode) objid.ID {
 	c := &n.Content
 	switch {
 	case c.IsObject:
 		return c.Object
 	case !c.IsChunked():
-		return namespace.ObjectID(pool.Sum(c.Inline))
+		return objid.Sum(c.Inline)
 	}
-	h := pool.NewHasher()
+	h := objid.NewHasher()
 	for i, id := range c.Chunks {
 		size := min(n.Size-uint64(i)<<c.ChunkShift, 1<<c.ChunkShift)
 		if id == namespace.HoleChunk {
 			h.Write(make([]byte, size))
 			continue
 		}
-		b, err := w.pool.ReadAll(pool.ID(id))
+		b, err := w.pool.ReadAll(id)
 		if err != nil || uint64(len(b)) != size {
-			var bad namespace.ObjectID
+			var bad objid.ID
 			for i := range bad {
 				bad[i] = 0xff
 			}
@@ -745,7 +746,7 @@ func (w *Workspace) contentID(n *namespace.Inode) namespace.ObjectID {
 		}
 		h.Write(b)
 	}
-	return namespace.ObjectID(h.Sum())
+	return h.Sum()
 }
 
 // ForEachObject calls fn for every pool object the live tree references,
@@ -755,12 +756,12 @@ func (w *Workspace) contentID(n *namespace.Inode) namespace.ObjectID {
 // covers them. A workspace opened from a manifest-reference checkpoint
 // (fork, restore) also lists that tree's manifests and contents, which the
 // checkpoint still needs until a newer one replaces it.
-func (w *Workspace) ForEachObject(fn func(pool.ID)) {
+func (w *Workspace) ForEachObject(fn func(objid.ID)) {
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
 		c := n.Content
 		n.Mu.Unlock()
-		c.Objects(func(id namespace.ObjectID) { fn(pool.ID(id)) })
+		c.Objects(func(id objid.ID) { fn(id) })
 	}
 	w.forEachManifestObject(fn)
 }
