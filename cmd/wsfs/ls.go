@@ -47,7 +47,7 @@ where it is mounted, and the size of its log and checkpoints.`)
 		} else if locked {
 			served = "yes"
 		}
-		mps, err := fusefs.Mounts(n)
+		mps, err := fusefs.Mounts(h.MountName(n))
 		at := strings.Join(mps, ",")
 		if err != nil {
 			at = "? (" + err.Error() + ")"

@@ -161,7 +161,7 @@ first); fsync returns once everything before it is durable.`)
 	}
 
 	srv, err := fusefs.Mount(ws, mp, fusefs.Options{
-		Name: name, EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout, NegativeTimeout: *entryTimeout,
+		Name: h.MountName(name), EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout, NegativeTimeout: *entryTimeout,
 		Passthrough: *passthrough, Writeback: *writeback,
 		Logger: lg, Metrics: m, Debug: *debugFUSE,
 	})

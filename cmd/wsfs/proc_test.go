@@ -431,3 +431,25 @@ func unmountedDir(t *testing.T) string {
 	t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
 	return d
 }
+
+// TestMountsOfOtherHosts: a workspace of the same name served from another
+// host directory on the machine is not this host's: `wsfs rm` and `wsfs
+// ls` of this host ignore it, while this host's own mount still counts.
+func TestMountsOfOtherHosts(t *testing.T) {
+	skipWithoutFUSE(t)
+	other, home := newHost(t), newHost(t)
+	d := startDaemon(t, other, "")
+	code, out := wsfsRun(context.Background(), "ls", "--home", home)
+	if code != 0 || strings.Contains(out, d.mp) {
+		t.Fatalf("ls of this host shows another host's mount %s: exit %d\n%s", d.mp, code, out)
+	}
+	if code, out := wsfsRun(context.Background(), "ls", "--home", other); code != 0 || !strings.Contains(out, d.mp) {
+		t.Fatalf("ls of the serving host does not show its mount %s: exit %d\n%s", d.mp, code, out)
+	}
+	if code, out := wsfsRun(context.Background(), "rm", "--home", other, "ws"); code != exitPrecondition {
+		t.Fatalf("rm of a mounted workspace: exit %d, want %d\n%s", code, exitPrecondition, out)
+	}
+	if code, out := wsfsRun(context.Background(), "rm", "--home", home, "ws"); code != 0 {
+		t.Fatalf("rm of this host's unmounted ws, with another host's ws mounted: exit %d\n%s", code, out)
+	}
+}

@@ -40,7 +40,7 @@ objects it referenced are removed later by 'wsfs gc'.`)
 	if err != nil {
 		return err
 	}
-	mps, err := fusefs.Mounts(name)
+	mps, err := fusefs.Mounts(h.MountName(name))
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,8 @@ import (
 
 // Options configure a mount. The zero value gives the measured defaults.
 type Options struct {
-	// Name is the workspace name; the mount shows as "wsfs:NAME" in
+	// Name names the mount (host.MountName: the workspace name and the
+	// host's id); the mount shows as "wsfs:NAME" in
 	// /proc/mounts.
 	Name string
 	// EntryTimeout and AttrTimeout are how long the kernel may trust a

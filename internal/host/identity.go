@@ -400,6 +400,19 @@ func (h *Host) identity() (string, error) {
 	return sm.HostID, nil
 }
 
+// MountName is the name workspace name's mounts carry (their source shows
+// as "wsfs:" + MountName in the mount table): the workspace name, and after
+// an "@" the first 12 digits of the host's id when it has one, so that
+// finding this host's mounts of a workspace never matches a workspace of
+// the same name on another host directory of the machine.
+func (h *Host) MountName(name string) string {
+	id, err := h.identity()
+	if err != nil || len(id) < 12 {
+		return name
+	}
+	return name + "@" + id[:12]
+}
+
 // registerIn registers workspace name for host id, durably.
 func (h *Host) registerIn(id, name string) error {
 	dir := filepath.Join(h.hostDir(id), registryDir)
