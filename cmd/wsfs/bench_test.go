@@ -140,3 +140,32 @@ func detachMountsUnder(t *testing.T, dir string) {
 		}
 	}
 }
+
+func TestBenchFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"bench"}, []string{"tools"}},
+		{[]string{"bench", "compile"}, []string{"tools"}},
+		{[]string{"bench", "tools", "--scale", "huge"}, []string{"--scale", "tiny, small, full"}},
+		{[]string{"bench", "tools", "--arms", "native,zfs"}, []string{"--arms", `"zfs"`}},
+		{[]string{"bench", "tools", "--tree", "/nonexistent/tree"}, []string{"--tree"}},
+		{[]string{"bench", "tools", "--sqlite-tx", "-1"}, []string{"--sqlite-tx"}},
+	} {
+		var stderr bytes.Buffer
+		g := &globals{stdout: &bytes.Buffer{}, stderr: &stderr}
+		args := append(append([]string{}, c.args...), "--out", t.TempDir())
+		if len(c.args) < 2 {
+			args = c.args
+		}
+		if code := run(context.Background(), g, args); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", c.args, code, exitUsage, stderr.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%v: stderr %q does not mention %q", c.args, stderr.String(), w)
+			}
+		}
+	}
+}

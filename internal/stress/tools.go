@@ -336,6 +336,11 @@ func (t *toolsRun) prepare(runDir string) error {
 		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
 		"GIT_AUTHOR_NAME=wsfs bench", "GIT_AUTHOR_EMAIL=bench@wsfs.invalid",
 		"GIT_COMMITTER_NAME=wsfs bench", "GIT_COMMITTER_EMAIL=bench@wsfs.invalid",
+		// No automatic gc: after add and commit of thousands of loose
+		// objects git would start a detached `gc --auto` that runs into
+		// the next steps (and makes the git-gc step find gc running).
+		"GIT_CONFIG_COUNT=2", "GIT_CONFIG_KEY_0=gc.auto", "GIT_CONFIG_VALUE_0=0",
+		"GIT_CONFIG_KEY_1=maintenance.auto", "GIT_CONFIG_VALUE_1=false",
 		"GOTOOLCHAIN=local", "GOFLAGS=", "GOWORK=off", "GOPROXY=off", "CGO_ENABLED=0", "GO111MODULE=on",
 		"LC_ALL=C")
 	// The tarball is read by every arm's unpack: read it once now, so the
