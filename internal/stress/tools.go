@@ -150,7 +150,7 @@ type ToolsResults struct {
 	Entries []string          `json:"tree_entries"` // top-level entries of the tree unpacked
 	Files   int               `json:"files"`        // regular files in the tarball (tree and module)
 	Bytes   int64             `json:"bytes"`        // their bytes
-	GoFiles int               `json:"go_files"` // entries named *.go (what the find step lists)
+	GoFiles int               `json:"go_files"`     // entries named *.go (what the find step lists)
 	Host    HostInfo          `json:"host_info"`
 	Tools   map[string]string `json:"tools"` // tool -> version line
 	Started time.Time         `json:"started"`
