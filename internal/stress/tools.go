@@ -218,7 +218,8 @@ func RunTools(ctx context.Context, opts ToolsOptions) (*ToolsResults, error) {
 		Command: opts.Command, Tree: opts.Tree, Scale: opts.Scale.Name, Host: hostInfo(), Tools: toolVersions(),
 		Started: time.Now().UTC(), Steps: ToolSteps,
 		FuseCounters: map[string]string{
-			ArmWsfs:     "the daemon's wsfs_fuse_ops_total (--metrics), counted in its FUSE adapter",
+			ArmWsfs: "the daemon's wsfs_fuse_ops_total (--metrics), counted in its FUSE adapter; requests go-fuse answers " +
+				"before the adapter are not counted (the GETXATTR security.capability the kernel sends per write(2), INIT, INTERRUPT)",
 			ArmLoopback: "wsfs loopback --metrics: the same collectors around go-fuse's raw file system",
 		},
 	}
