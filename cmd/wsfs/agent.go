@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 
@@ -18,20 +16,15 @@ func init() {
 		name:    "agent",
 		summary: "(internal) stub agent and noisy neighbour processes of wsfs stress",
 		run:     runAgent,
+		subcommands: []command{
+			{name: "neighbour", summary: "noisy neighbour: rewrite --bytes of buffered data in --dir until terminated", run: runNeighbour},
+			{name: "smallfiles", summary: "step of wsfs bench tools: create, read back and remove small files", run: runSmallFilesAgent},
+			{name: "sqlite", summary: "step of wsfs bench tools: SQLite WAL writer with concurrent readers", run: runSQLiteAgent},
+		},
 	})
 }
 
 func runAgent(ctx context.Context, g *globals, args []string) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "neighbour":
-			return runNeighbour(ctx, g, args[1:])
-		case "smallfiles":
-			return runSmallFilesAgent(g, args[1:])
-		case "sqlite":
-			return runSQLiteAgent(ctx, g, args[1:])
-		}
-	}
 	fs := newFlagSet(g, "agent", "", `
 Stub agent of wsfs stress: runs the deterministic workload (write, read back
 and verify, overwrite, rename, delete, walk) in --root, records its progress
@@ -48,11 +41,8 @@ of 'wsfs bench tools' (see their -h).`)
 	ws := fs.Int("workspace", 0, "workspace index (part of the seed)")
 	every := fs.Int("fsync-every", stress.DefaultFsyncEvery, "fsync every Nth written file (1 = every file)")
 	result := fs.String("result", "", "where to write the result JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	p, err := stress.ParseProfile(*profile)
 	if err != nil {
@@ -76,11 +66,8 @@ func runNeighbour(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "agent neighbour", "", "Noisy neighbour: buffered writes in --dir, rewriting --bytes in a loop until terminated.")
 	dir := fs.String("dir", "", "directory to write in")
 	n := fs.Int64("bytes", 2<<30, "bytes to keep rewriting")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *dir == "" {
 		return usageError{"--dir is required"}
@@ -88,7 +75,7 @@ func runNeighbour(ctx context.Context, g *globals, args []string) error {
 	return stress.RunNeighbour(ctx, *dir, *n)
 }
 
-func runSmallFilesAgent(g *globals, args []string) error {
+func runSmallFilesAgent(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "agent smallfiles", "", `
 Step of wsfs bench tools: creates --files small files (512 B to 4 KiB) in
 --dir, reads every one back and compares, removes them, and prints the
@@ -96,11 +83,8 @@ result as JSON.`)
 	dir := fs.String("dir", "", "directory to work in (must exist)")
 	n := fs.Int("files", 5000, "number of files")
 	seed := fs.Int64("seed", 1, "size seed")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *dir == "" || *n < 1 {
 		return usageError{"--dir is required and --files must be at least 1"}
@@ -120,11 +104,8 @@ the table, and prints the result (transaction p50/p99) as JSON.`)
 	db := fs.String("db", "", "database file (created)")
 	tx := fs.Int("tx", 500, "transactions")
 	readers := fs.Int("readers", 2, "concurrent reader connections")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *db == "" || *tx < 1 || *readers < 0 {
 		return usageError{"--db is required, --tx must be at least 1 and --readers at least 0"}

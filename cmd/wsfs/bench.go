@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,16 +17,11 @@ func init() {
 	register(command{
 		name:    "bench",
 		summary: "real-tool benchmark: tar, find, git, go build, SQLite, rm on wsfs, native and loopback",
-		run:     runBench,
+		about:   "Benchmarks of real tools on wsfs against a plain directory and a loopback FUSE mount.",
+		subcommands: []command{
+			{name: "tools", summary: "tar, find, du, stat, git, go build, small files, SQLite, rm: per step times, ratios, CPU and FUSE requests", run: runBenchTools},
+		},
 	})
-}
-
-func runBench(ctx context.Context, g *globals, args []string) error {
-	if len(args) == 0 || args[0] != "tools" {
-		fmt.Fprintln(g.stderr, "usage: wsfs bench tools [flags]   (run 'wsfs bench tools -h')")
-		return usageError{"want the benchmark name: tools"}
-	}
-	return runBenchTools(ctx, g, args[1:])
 }
 
 func runBenchTools(ctx context.Context, g *globals, args []string) error {
@@ -66,11 +60,8 @@ and /dev/fuse. Exit status 1 if a step failed, 3 if an arm could not run.`)
 	stepTimeout := fs.Duration("step-timeout", 20*time.Minute, "bound of each step on each arm")
 	out := fs.String("out", "bench-out", "output directory (data is written and removed under OUT/runs)")
 	keep := fs.Bool("keep", false, "keep the run's data instead of deleting it")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}

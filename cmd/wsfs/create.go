@@ -36,11 +36,14 @@ starting with a letter or digit). It is empty until mounted with
 	if err != nil {
 		return err
 	}
+	if err := checkLayoutMounted(h); err != nil {
+		return err
+	}
 	if err := h.CreateWorkspace(name); err != nil {
 		if errors.Is(err, host.ErrWorkspaceExists) {
 			return preconditionError{err}
 		}
-		return err
+		return identityError(err)
 	}
 	fmt.Fprintf(g.stdout, "wsfs: created workspace %s (mount it with: wsfs mount --home %s %s)\n", name, h.Home(), name)
 	return nil

@@ -1,15 +1,17 @@
 package main
 
-import "errors"
+import (
+	"errors"
 
-// Exit codes. Scripts may rely on these; do not renumber.
-//
-//	0  success
-//	1  runtime failure (I/O error, failed sync, verification failure)
-//	2  usage error (unknown command, wrong flag, missing argument)
-//	3  precondition not met (no /dev/fuse, not root, mount point busy,
-//	   workspace locked by another daemon, unknown workspace)
-//	4  data problem (corrupt log or object); the message says what to do
+	"wsfs/internal/agentstate"
+	"wsfs/internal/host"
+	"wsfs/internal/layout"
+	"wsfs/internal/vfs"
+)
+
+// Exit codes. Scripts may rely on these; do not renumber. exitCodes is the
+// one table of them: 'wsfs -h' prints it and the README's table is checked
+// against it (TestREADMEExitCodes; -update rewrites the README's).
 const (
 	exitOK           = 0
 	exitFailure      = 1
@@ -17,6 +19,18 @@ const (
 	exitPrecondition = 3
 	exitCorrupt      = 4
 )
+
+// exitCodes says what each exit code means, in order.
+var exitCodes = []struct {
+	code    int
+	meaning string
+}{
+	{exitOK, "success; also `-h`/`--help`, and a daemon or sidecar stopped by SIGINT/SIGTERM after its final commit or sync"},
+	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, a mount removed from outside, no sidecar answering `state sync`"},
+	{exitUsage, "usage error: unknown command or flag, bad flag value, missing or extra argument, invalid workspace name (the message says what is wrong with it)"},
+	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout); mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout, or a layout filesystem not mounted; gc unable to account for every workspace using the pool, or another gc running; a replica without the state asked for (`state restore`)"},
+	{exitCorrupt, "corrupt data (log or object): the message names the segment or object and what to do"},
+}
 
 // usageError marks an error as the caller's wrong invocation.
 type usageError struct{ msg string }
@@ -35,10 +49,29 @@ type corruptError struct{ err error }
 func (e corruptError) Error() string { return e.err.Error() }
 func (e corruptError) Unwrap() error { return e.err }
 
+// sentinelCodes classify the errors that packages mark with a sentinel, for
+// commands that return them unwrapped: the first match wins, after the
+// explicit usageError, preconditionError and corruptError marks.
+var sentinelCodes = []struct {
+	err  error
+	code int
+}{
+	{host.ErrInvalidName, exitUsage},
+	{host.ErrNoHost, exitPrecondition},
+	{host.ErrNoWorkspace, exitPrecondition},
+	{host.ErrWorkspaceExists, exitPrecondition},
+	{vfs.ErrLocked, exitPrecondition}, // served by another daemon, sidecar or gc
+	{layout.ErrNotRoot, exitPrecondition},
+	{layout.ErrBusy, exitPrecondition},
+	{layout.ErrNotEmpty, exitPrecondition},
+	{layout.ErrNoLayout, exitPrecondition},
+}
+
 func exitCodeOf(err error) int {
 	var u usageError
 	var p preconditionError
 	var c corruptError
+	var na *agentstate.NotAvailableError
 	switch {
 	case errors.As(err, &u):
 		return exitUsage
@@ -46,6 +79,13 @@ func exitCodeOf(err error) int {
 		return exitPrecondition
 	case errors.As(err, &c):
 		return exitCorrupt
+	case errors.As(err, &na):
+		return exitPrecondition
+	}
+	for _, s := range sentinelCodes {
+		if errors.Is(err, s.err) {
+			return s.code
+		}
 	}
 	return exitFailure
 }

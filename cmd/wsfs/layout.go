@@ -16,7 +16,12 @@ func init() {
 	register(command{
 		name:    "layout",
 		summary: "create, show or destroy the dedicated layout (loop-backed ext4 for state and pool)",
-		run:     runLayout,
+		about:   layoutAbout,
+		subcommands: []command{
+			{name: "create", summary: "make, attach and mount the state and pool filesystems (idempotent)", run: runLayoutCreate},
+			{name: "status", summary: "devices, mounts, usage and direct-I/O state of each filesystem", run: runLayoutStatus},
+			{name: "destroy", summary: "unmount, detach and delete both filesystems and everything in them", run: runLayoutDestroy},
+		},
 	})
 }
 
@@ -26,38 +31,40 @@ each their own loop-backed ext4 filesystem, with direct I/O on the loop
 devices, so that one filesystem's flushes never drag the other's dirty
 pages along. The filesystems are mounted exactly at the directories the
 host config names, so 'wsfs up', 'wsfs mount' and 'wsfs stress' use them
-without further configuration. Needs root.
+without further configuration. Needs root. Record: D/layout.json (--dir D,
+default HOME/layout).`
 
-  wsfs layout create [--state-size 4G] [--pool-size 16G] [--direct-io=false] [--dir D]
-      Make sparse image files under D (default HOME/layout), mkfs.ext4 them,
-      attach them to loop devices and mount them. Refuses if the state or
-      pool directory holds files (they would be hidden). Idempotent: a second
-      run reports what exists; after a reboot it re-attaches and re-mounts.
-      Record: D/layout.json.
+const layoutCreateAbout = `
+Makes sparse image files under --dir, mkfs.ext4s them, attaches them to
+loop devices and mounts them at the host's state and pool directories.
+Refuses (exit 3) if the state or pool directory holds files (they would be
+hidden). Idempotent: a second run reports what exists; after a reboot it
+re-attaches and re-mounts the same images and never reformats them.`
 
-  wsfs layout status [--dir D]
-      Devices, mounts, usage and direct-I/O state of each filesystem.
+const layoutStatusAbout = `
+Shows the devices, mounts, usage and direct-I/O state of each filesystem of
+the layout. Exit 1 if one is not as recorded, 3 if there is no layout.`
 
-  wsfs layout destroy [--dir D]
-      Unmount, detach and remove the images: EVERYTHING stored in the state
-      and pool directories is deleted. Refuses while any workspace daemon
-      runs or anything is mounted under the host's mount directory.`
+const layoutDestroyAbout = `
+Unmounts, detaches and removes the images: EVERYTHING stored in the state
+and pool directories is deleted. Refuses (exit 3) while any workspace
+daemon runs or anything is mounted under the host's mount directory.`
 
-func runLayout(ctx context.Context, g *globals, args []string) error {
-	if len(args) == 0 {
-		newFlagSet(g, "layout", "create|status|destroy", layoutAbout).Usage()
-		return usageError{"expected a subcommand: create, status or destroy"}
-	}
-	sub := args[0]
-	switch sub {
-	case "-h", "--help", "help":
-		newFlagSet(g, "layout", "create|status|destroy", layoutAbout).Usage()
-		return nil
-	case "create", "status", "destroy":
-	default:
-		return usageError{fmt.Sprintf("unknown subcommand %q: expected create, status or destroy", sub)}
-	}
-	fs := newFlagSet(g, "layout "+sub, "", layoutAbout)
+func runLayoutCreate(ctx context.Context, g *globals, args []string) error {
+	return runLayoutSub(ctx, g, "create", layoutCreateAbout, args)
+}
+
+func runLayoutStatus(ctx context.Context, g *globals, args []string) error {
+	return runLayoutSub(ctx, g, "status", layoutStatusAbout, args)
+}
+
+func runLayoutDestroy(ctx context.Context, g *globals, args []string) error {
+	return runLayoutSub(ctx, g, "destroy", layoutDestroyAbout, args)
+}
+
+// runLayoutSub runs one layout subcommand; they share --home and --dir.
+func runLayoutSub(ctx context.Context, g *globals, sub, about string, args []string) error {
+	fs := newFlagSet(g, "layout "+sub, "", about)
 	g.homeFlag(fs)
 	dir := fs.String("dir", "", "directory of the image files and layout.json (default HOME/layout)")
 	var stateSize, poolSize *string
@@ -67,8 +74,8 @@ func runLayout(ctx context.Context, g *globals, args []string) error {
 		poolSize = fs.String("pool-size", "16G", "size of the pool filesystem image (sparse)")
 		directIO = fs.Bool("direct-io", true, "turn direct I/O on for the loop devices")
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
@@ -78,7 +85,8 @@ func runLayout(ctx context.Context, g *globals, args []string) error {
 	opts.Log = func(f string, a ...any) { fmt.Fprintf(g.stdout, f+"\n", a...) }
 	wrap := func(err error) error {
 		switch {
-		case errors.Is(err, layout.ErrNotRoot), errors.Is(err, layout.ErrBusy), errors.Is(err, host.ErrNoHost):
+		case errors.Is(err, layout.ErrNotRoot), errors.Is(err, layout.ErrBusy), errors.Is(err, host.ErrNoHost),
+			errors.Is(err, layout.ErrNotEmpty), errors.Is(err, layout.ErrNoLayout):
 			return preconditionError{err}
 		}
 		return err
@@ -101,7 +109,7 @@ func runLayout(ctx context.Context, g *globals, args []string) error {
 		// must exist; create it (default config) if it does not.
 		h, err := host.Init(g.home)
 		if err != nil {
-			return err
+			return wrap(err)
 		}
 		rec, err := layout.Create(h, opts)
 		if err != nil {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -35,11 +33,8 @@ collectors a wsfs daemon serves (wsfs_fuse_ops_total, wsfs_fuse_op_seconds)
 and logs "metrics addr=URL" before writing the ready file.`)
 	ready := flags.String("ready-file", "", "file to create once the mount is serving")
 	metricsAddr := flags.String("metrics", "", "serve Prometheus metrics on ADDR (host:port; port 0 picks one) at /metrics")
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(flags, args); err != nil {
+		return err
 	}
 	if flags.NArg() != 2 {
 		return usageError{fmt.Sprintf("want SRC and MNT, got %d arguments", flags.NArg())}

@@ -93,6 +93,12 @@ first); fsync returns once everything before it is durable.`)
 	if err != nil {
 		return err
 	}
+	if err := checkLayoutMounted(h); err != nil { // layoutcheck.go
+		return err
+	}
+	if err := ensurePrivate(h, lg); err != nil {
+		return err
+	}
 	if err := fusefs.CheckFUSE(); err != nil {
 		return preconditionError{err}
 	}
@@ -101,8 +107,14 @@ first); fsync returns once everything before it is durable.`)
 		if mp, err = filepath.Abs(flags.Arg(1)); err != nil {
 			return usageError{err.Error()}
 		}
-	} else if err := os.MkdirAll(mp, 0o755); err != nil && !errors.Is(err, syscall.ENOTCONN) {
-		return fmt.Errorf("create mount point %s: %w", mp, err)
+	}
+	if err := checkMountPoint(h, mp); err != nil {
+		return err
+	}
+	if flags.NArg() < 2 {
+		if err := os.MkdirAll(mp, 0o755); err != nil && !errors.Is(err, syscall.ENOTCONN) {
+			return fmt.Errorf("create mount point %s: %w", mp, err)
+		}
 	}
 
 	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
@@ -131,13 +143,20 @@ first); fsync returns once everything before it is durable.`)
 		}
 		return nil
 	}
-	// Holding the lock proves no live daemon serves the workspace, so a
-	// mount of it that answers ENOTCONN belongs to a dead one.
-	if detached, err := fusefs.DetachStale(mp, name); err != nil {
+	// Holding the lock proves no live daemon serves the workspace; a wsfs
+	// mount left at the mount point whose connection is gone (a SIGKILLed
+	// daemon's) is detached, so the remount needs no manual umount.
+	dead, err := fusefs.DetachDead(mp)
+	for _, d := range dead {
+		lg.Warn("detached the dead mount of a previous daemon (lazy unmount)", "mountpoint", d.Point, "source", d.Source)
+	}
+	if err != nil {
 		closeWS()
-		return preconditionError{err}
-	} else if detached {
-		lg.Warn("detached the stale mount of a previous daemon", "mountpoint", mp)
+		var pe *fusefs.PreconditionError
+		if errors.As(err, &pe) {
+			return preconditionError{err}
+		}
+		return err
 	}
 
 	srv, err := fusefs.Mount(ws, mp, fusefs.Options{
@@ -169,6 +188,8 @@ first); fsync returns once everything before it is durable.`)
 	}
 	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), supervisor.DaemonStatusName), ws, lg)
 	defer stopStatus()
+	stopWatch := watchWorkspaceDir(h.WorkspaceDir(name), time.Second, lg)
+	defer stopWatch()
 	if *readyFile != "" {
 		if err := writeReadyFile(*readyFile, mp); err != nil {
 			return errors.Join(err, srv.Unmount(), closeWS())
@@ -197,6 +218,30 @@ first); fsync returns once everything before it is durable.`)
 		}
 		return fmt.Errorf("the mount at %s was removed from outside; workspace committed and closed", mp)
 	}
+}
+
+// ensurePrivate makes the host's private directories private
+// (host.EnsurePrivate), logging a WARN line for each one it tightened.
+func ensurePrivate(h *host.Host, lg *slog.Logger) error {
+	changed, err := h.EnsurePrivate()
+	for _, c := range changed {
+		lg.Warn("host directory was open to other users: made it private", "dir", c.Path, "was", fmt.Sprintf("%04o", c.Old), "now", fmt.Sprintf("%04o", c.New))
+	}
+	return err
+}
+
+// checkMountPoint refuses (exit 3) a mount point inside the host's own
+// directories, one that contains them, and a host whose state or pool lies
+// on a wsfs mount: the daemon would write through its own mount.
+func checkMountPoint(h *host.Host, mp string) error {
+	mounts, err := fusefs.WsfsMountPoints()
+	if err != nil {
+		return err
+	}
+	if err := h.CheckMountPoint(mp, mounts); err != nil {
+		return preconditionError{err}
+	}
+	return nil
 }
 
 // classifyOpenError maps workspace.Open failures to exit codes.
@@ -269,6 +314,55 @@ func startStatusFile(ctx context.Context, path string, ws *workspace.Workspace, 
 		close(done)
 		<-finished
 		write()
+	}
+}
+
+// watchWorkspaceDir checks every interval that dir is still the directory
+// the daemon locked (same device and inode as at the start), and logs an
+// ERROR (at once, then every minute) while it is not. The lock is on the
+// directory's inode, so a daemon keeps it through a rename; but if the
+// directory was moved away (or replaced by a copy), a new daemon for the
+// path would lock another directory, and this daemon's commits go where
+// nobody will look for them.
+func watchWorkspaceDir(dir string, interval time.Duration, lg *slog.Logger) (stop func()) {
+	var want syscall.Stat_t
+	if err := syscall.Stat(dir, &want); err != nil {
+		lg.Warn("cannot watch the workspace directory", "dir", dir, "err", err)
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		var lastErr time.Time
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var st syscall.Stat_t
+			err := syscall.Stat(dir, &st)
+			if err == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+				lastErr = time.Time{}
+				continue
+			}
+			if time.Since(lastErr) < time.Minute {
+				continue
+			}
+			lastErr = time.Now()
+			what := "replaced by another directory"
+			if err != nil {
+				what = "moved or removed (" + err.Error() + ")"
+			}
+			lg.Error("the workspace directory was "+what+" while this daemon serves it: its commits go to the directory it locked, which is no longer at this path; put it back, or stop this daemon before starting another", "dir", dir)
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
+	"wsfs/internal/vfs"
 )
 
 // The sidecar command is internal: `wsfs up` starts one per workspace (and
@@ -40,16 +41,16 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	g.homeFlag(fs)
 	replica := fs.String("replica", "", "replica path or Litestream replica URL for this workspace (default: config, else POOL/replicas/NAME)")
 	interval := fs.Duration("sync-interval", time.Second, "how often Litestream uploads new transactions (the window that can be lost)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"expected one workspace NAME"}
+	name, err := nameArg(fs)
+	if err != nil {
+		return err
 	}
 	if *interval <= 0 {
 		return usageError{"--sync-interval must be positive"}
 	}
-	name := fs.Arg(0)
 	h, err := openHostChecked(g.home, name)
 	if err != nil {
 		return err
@@ -58,16 +59,24 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	lg := slog.New(slog.NewTextHandler(g.stderr, nil))
+	if err := ensurePrivate(h, lg); err != nil {
+		return err
+	}
 	p := agentstate.PathsFor(h, name)
-	return agentstate.Run(ctx, agentstate.Options{
+	err = agentstate.Run(ctx, agentstate.Options{
 		Workspace:    name,
 		DBPath:       p.DB,
 		ReplicaURL:   url,
 		SocketPath:   p.Socket,
 		StatusPath:   p.Status,
 		SyncInterval: *interval,
-		Logger:       slog.New(slog.NewTextHandler(g.stderr, nil)),
+		Logger:       lg,
 	})
+	if errors.Is(err, vfs.ErrLocked) {
+		return preconditionError{err} // a second sidecar for the workspace
+	}
+	return err
 }
 
 // openHostChecked opens the host at home and checks that workspace name

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,9 +11,14 @@ import (
 
 func init() {
 	register(command{
-		name:    "state",
-		summary: "agent state database: restore from its replica, sync and wait",
-		run:     runState,
+		name:      "state",
+		summary:   "agent state database: restore from its replica, sync and wait",
+		argsUsage: "NAME",
+		about:     stateAbout,
+		subcommands: []command{
+			{name: "sync", summary: "wait until the replica has everything committed so far", run: runStateSync},
+			{name: "restore", summary: "rebuild the database from the replica (latest, or --at TIME)", run: runStateRestore},
+		},
 	})
 }
 
@@ -30,48 +36,33 @@ the database with PRAGMA wal_autocheckpoint=0 and leave checkpoints to the
 sidecar. (Litestream v0.5.18 lost a page now and then when the application
 checkpointed while the sidecar was down; each sidecar start therefore
 uploads a full snapshot, so a restore of the latest state is complete. A
-restore --at a moment just after such a restart may not be.)
+restore --at a moment just after such a restart may not be.)`
 
-  wsfs state sync NAME
-      Ask the running sidecar to upload everything committed so far and wait
-      until the replica acknowledges it; print the confirmed position. After
-      it returns, every transaction committed before the call survives the
-      loss of the host. Fails (exit 1) if no sidecar runs or the sync fails.
+const stateSyncAbout = `
+Asks the running sidecar of workspace NAME to upload everything committed
+so far and waits until the replica acknowledges it; prints the confirmed
+position. After it returns, every transaction committed before the call
+survives the loss of the host. Fails (exit 1) if no sidecar runs or the
+sync fails.`
 
-  wsfs state restore NAME [--to PATH] [--at TIME]
-      Rebuild the database from the replica into PATH (default: the
-      workspace's state.db, only if it does not exist). --at restores the
-      state as of TIME (RFC 3339, e.g. 2026-01-02T15:04:05Z). Never
-      overwrites a file.`
-
-func runState(ctx context.Context, g *globals, args []string) error {
-	if len(args) == 0 {
-		newFlagSet(g, "state", "sync|restore NAME", stateAbout).Usage()
-		return usageError{"expected a subcommand: sync or restore"}
-	}
-	switch args[0] {
-	case "sync":
-		return runStateSync(ctx, g, args[1:])
-	case "restore":
-		return runStateRestore(ctx, g, args[1:])
-	case "-h", "--help", "help":
-		newFlagSet(g, "state", "sync|restore NAME", stateAbout).Usage()
-		return nil
-	}
-	return usageError{fmt.Sprintf("unknown subcommand %q: expected sync or restore", args[0])}
-}
+const stateRestoreAbout = `
+Rebuilds the agent state database of workspace NAME from its replica into
+--to PATH (default: the workspace's state.db, only if it does not exist).
+--at restores the state as of TIME (RFC 3339, e.g. 2026-01-02T15:04:05Z);
+a TIME outside the replica's range is refused with the range it has.
+Never overwrites a file.`
 
 func runStateSync(ctx context.Context, g *globals, args []string) error {
-	fs := newFlagSet(g, "state sync", "NAME", stateAbout)
+	fs := newFlagSet(g, "state sync", "NAME", stateSyncAbout)
 	g.homeFlag(fs)
 	timeout := fs.Duration("timeout", time.Minute, "give up (exit 1, nothing confirmed) after this long")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"expected one workspace NAME"}
+	name, err := nameArg(fs)
+	if err != nil {
+		return err
 	}
-	name := fs.Arg(0)
 	h, err := openHostChecked(g.home, name)
 	if err != nil {
 		return err
@@ -87,16 +78,17 @@ func runStateSync(ctx context.Context, g *globals, args []string) error {
 }
 
 func runStateRestore(ctx context.Context, g *globals, args []string) error {
-	fs := newFlagSet(g, "state restore", "NAME", stateAbout)
+	fs := newFlagSet(g, "state restore", "NAME", stateRestoreAbout)
 	g.homeFlag(fs)
 	to := fs.String("to", "", "database file to create (default: the workspace's state.db, if absent)")
 	at := fs.String("at", "", "restore the state as of this time (RFC 3339); default: latest")
 	replica := fs.String("replica", "", "replica path or URL (default: config, else POOL/replicas/NAME)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"expected one workspace NAME"}
+	name, err := nameArg(fs)
+	if err != nil {
+		return err
 	}
 	var when time.Time
 	if *at != "" {
@@ -106,7 +98,6 @@ func runStateRestore(ctx context.Context, g *globals, args []string) error {
 		}
 		when = t
 	}
-	name := fs.Arg(0)
 	h, err := openHostChecked(g.home, name)
 	if err != nil {
 		return err
@@ -120,6 +111,9 @@ func runStateRestore(ctx context.Context, g *globals, args []string) error {
 		dst = agentstate.PathsFor(h, name).DB
 	}
 	if err := agentstate.Restore(ctx, agentstate.RestoreOptions{ReplicaURL: url, To: dst, At: when}); err != nil {
+		if na := (*agentstate.NotAvailableError)(nil); errors.As(err, &na) {
+			return preconditionError{err} // the replica lacks the state asked for
+		}
 		return err
 	}
 	fmt.Fprintf(g.stdout, "%s: restored %s from %s\n", name, dst, url)

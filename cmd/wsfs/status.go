@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
+	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/supervisor"
 )
@@ -24,7 +26,9 @@ const statusAbout = `
 One line per workspace of the host:
 
   MOUNTED   yes / no: whether its mount point (HOME/mnt/NAME) is mounted
-            (mount table); dead: mounted but its daemon is gone
+            (mount table); dead: a wsfs mount whose daemon is gone (the
+            kernel answers statfs with ENOTCONN; a stat can still succeed
+            from its cache). The next 'wsfs mount' detaches it by itself.
   GROUP     last committed group, AGE since it committed, PENDING records
             (from the daemon's status file, rewritten every second)
   REPLICA   last Litestream transaction (TXID) of the agent state database
@@ -38,8 +42,8 @@ One line per workspace of the host:
 func runStatus(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "status", "", statusAbout)
 	g.homeFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
@@ -56,6 +60,7 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	markDeadMounts(st)
 	if len(st) == 0 {
 		fmt.Fprintf(g.stdout, "no workspaces on host %s\n", h.Home())
 		return nil
@@ -66,4 +71,26 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintln(tw, strings.Join(w.Columns(now), "\t"))
 	}
 	return tw.Flush()
+}
+
+// markDeadMounts marks as dead each FUSE mount in st whose connection is
+// gone (fusefs.Probe: statfs, which the kernel never answers from its
+// attribute cache, fails with ENOTCONN), probing all of them at once so
+// that a hung daemon costs one fusefs.ProbeTimeout, not one per mount.
+func markDeadMounts(st []supervisor.WorkspaceStatus) {
+	var wg sync.WaitGroup
+	for i := range st {
+		w := &st[i]
+		if !w.Mounted || w.DeadMount || !strings.HasPrefix(w.FSType, "fuse") {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if dead, err := fusefs.Probe(w.MountPoint, fusefs.ProbeTimeout); err == nil && dead {
+				w.DeadMount = true
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -55,11 +54,8 @@ run (the others' results are still written).`)
 	neighbours := fs.String("neighbours", "0", "comma-separated counts of noisy-neighbour processes writing buffered data on the same filesystem, e.g. 0,1")
 	nbBytes := fs.String("neighbour-bytes", "2GiB", "bytes each neighbour keeps rewriting (suffix KiB, MiB, GiB)")
 	keep := fs.Bool("keep", false, "keep each run's data instead of deleting it")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}

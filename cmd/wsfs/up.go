@@ -39,7 +39,10 @@ replication promises.
 On SIGINT/SIGTERM: stops the sidecars (each syncs its replica a last time),
 then the daemons (each commits what is pending and unmounts); a child that
 does not stop within --stop-timeout is killed (daemons then lazily
-unmounted) and the log says so. Exits 0.`
+unmounted) and the log says so. Exits 0.
+
+--gc-interval D runs 'wsfs gc' every D while the daemons serve (it needs no
+downtime); each pass is logged with what it reclaimed.`
 
 func runUp(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "up", "", upAbout)
@@ -48,14 +51,20 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 	minBackoff := fs.Duration("min-backoff", 500*time.Millisecond, "first restart delay after a child dies")
 	maxBackoff := fs.Duration("max-backoff", 30*time.Second, "cap of the restart delay")
 	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "how long to wait for a child after SIGTERM before SIGKILL")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	gcInterval := fs.Duration("gc-interval", 0, "run 'wsfs gc' (default grace) this often while the daemons serve; 0: never")
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	if *n < 0 || *minBackoff <= 0 || *maxBackoff < *minBackoff || *stopTimeout <= 0 {
-		return usageError{"--workspaces must be >= 0, backoffs positive with --max-backoff >= --min-backoff, --stop-timeout positive"}
+	if *n < 0 || *minBackoff <= 0 || *maxBackoff < *minBackoff || *stopTimeout <= 0 || *gcInterval < 0 {
+		return usageError{"--workspaces must be >= 0, backoffs positive with --max-backoff >= --min-backoff, --stop-timeout positive, --gc-interval >= 0"}
+	}
+	if h0, err := host.Open(g.home); err == nil {
+		if err := checkLayoutMounted(h0); err != nil { // layoutcheck.go
+			return err
+		}
 	}
 	var h *host.Host
 	var err error
@@ -71,12 +80,15 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(g.stderr, nil))
+	if err := ensurePrivate(h, log); err != nil {
+		return err
+	}
 	for i := 1; i <= *n; i++ {
 		name := fmt.Sprintf("ws-%d", i)
 		if err := h.CreateWorkspace(name); err == nil {
 			log.Info("created workspace", "workspace", name)
 		} else if !errors.Is(err, host.ErrWorkspaceExists) {
-			return err
+			return identityError(err)
 		}
 	}
 	names, err := h.Workspaces()
@@ -97,6 +109,7 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 		MinBackoff:  *minBackoff,
 		MaxBackoff:  *maxBackoff,
 		StopTimeout: *stopTimeout,
+		GCInterval:  *gcInterval,
 		Logger:      log,
 		Ready:       func() { fmt.Fprintln(g.stdout, "ready") },
 	})

@@ -57,6 +57,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -161,9 +162,29 @@ func OpenDB(path string) (*sql.DB, error) {
 // the table. It is safe while an agent writes: the table is created in an
 // IMMEDIATE transaction (which waits for the write lock instead of failing
 // on a stale read snapshot), and only when missing.
+//
+// The database is private to the user running wsfs (0600; SQLite gives its
+// -wal and -shm files the database's mode): Ensure creates the file empty
+// with that mode before SQLite opens it, and removes group and other bits
+// from a database (and its -wal, -shm) that an older version created
+// world-readable.
 func Ensure(path, workspace string) error {
-	if err := vfs.Default.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := vfs.Default.MkdirAll(filepath.Dir(path), dirPerm); err != nil {
 		return fmt.Errorf("create agent state directory: %w", err)
+	}
+	if f, err := vfs.Default.CreateExcl(path, filePerm); err == nil {
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("create agent state %s: %w", path, err)
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create agent state %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, st.Mode().Perm()&^0o077); err != nil {
+				return fmt.Errorf("make agent state %s private: %w", p, err)
+			}
+		}
 	}
 	db, err := OpenDB(path)
 	if err != nil {
@@ -198,6 +219,13 @@ INSERT OR IGNORE INTO wsfs_meta (key, value) VALUES ('workspace', ?)`, workspace
 	conn.Close()
 	return db.Close()
 }
+
+// dirPerm and filePerm keep the agent state and file replicas private to
+// the user running wsfs (as host.DirPerm and host.FilePerm).
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+)
 
 // exists reports whether path exists.
 func exists(path string) (bool, error) {

@@ -57,8 +57,12 @@ func ReadConfig(h *host.Host) (ConfigSection, error) {
 
 // ReplicaURL returns the replica of workspace name: override if set (a full
 // URL or path for this workspace), else the config's replica_url with the
-// name filled in, else the default file replica directory.
+// name filled in, else the default file replica directory. An invalid name
+// is refused (host.ErrInvalidName).
 func ReplicaURL(h *host.Host, name, override string) (string, error) {
+	if err := host.ValidateName(name); err != nil {
+		return "", err // "" would name the directory of every replica
+	}
 	if override != "" {
 		return override, nil
 	}
@@ -127,7 +131,7 @@ func CheckReplica(ctx context.Context, c litestream.ReplicaClient, u string, tim
 		// The file backend lists a missing directory as empty; make sure it
 		// can be created, or the first upload would fail much later.
 		if fc, ok := c.(*file.ReplicaClient); ok {
-			err = vfs.Default.MkdirAll(fc.Path(), 0o755)
+			err = vfs.Default.MkdirAll(fc.Path(), dirPerm)
 			if err == nil {
 				var st fs.FileInfo
 				st, err = vfs.Default.Stat(fc.Path())

@@ -2,10 +2,12 @@ package agentstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/benbjohnson/litestream"
+	"github.com/superfly/ltx"
 )
 
 // RestoreOptions say what to restore and where.
@@ -50,10 +52,80 @@ func Restore(ctx context.Context, opt RestoreOptions) error {
 	ro.Timestamp = opt.At
 	ro.IntegrityCheck = litestream.IntegrityCheckQuick
 	if err := r.Restore(ctx, ro); err != nil {
+		if errors.Is(err, litestream.ErrTxNotAvailable) || errors.Is(err, litestream.ErrNoSnapshots) {
+			return fmt.Errorf("restore %s: %w", opt.To, notAvailable(ctx, client, opt, err))
+		}
 		if !opt.At.IsZero() {
 			return fmt.Errorf("restore %s as of %s from %s: %w", opt.To, opt.At.Format(time.RFC3339Nano), opt.ReplicaURL, err)
 		}
 		return fmt.Errorf("restore %s from %s: %w", opt.To, opt.ReplicaURL, err)
 	}
 	return nil
+}
+
+// NotAvailableError is Restore's refusal when the replica does not hold the
+// state asked for: it is empty, or --at lies before its first transaction.
+// It says what the replica does hold.
+type NotAvailableError struct {
+	ReplicaURL string
+	At         time.Time // the time asked for; zero: the latest state
+	// First and Last are the times of the replica's first and last
+	// transaction files, zero if the replica is empty (or could not be
+	// listed: then ListErr says why).
+	First, Last      time.Time
+	MinTXID, MaxTXID ltx.TXID
+	ListErr          error
+	Err              error // Litestream's error
+}
+
+func (e *NotAvailableError) Unwrap() error { return e.Err }
+
+func (e *NotAvailableError) Error() string {
+	const ts = time.RFC3339Nano
+	switch {
+	case e.ListErr != nil:
+		return fmt.Sprintf("replica %s has no restorable state (%v), and listing it failed: %v", e.ReplicaURL, e.Err, e.ListErr)
+	case e.First.IsZero():
+		return fmt.Sprintf("replica %s holds no copy of this database: its sidecar has not uploaded anything there yet "+
+			"(is `wsfs sidecar NAME` or `wsfs up` running? `wsfs state sync NAME` waits for an upload), "+
+			"or this is not the replica the sidecar writes (check --replica and agent_state.replica_url in wsfs.json)", e.ReplicaURL)
+	case !e.At.IsZero():
+		return fmt.Sprintf("replica %s has no state as of %s: it holds transactions %s to %s, written from %s to %s; "+
+			"restore --at a time after %s, or leave --at out for the latest state",
+			e.ReplicaURL, e.At.UTC().Format(ts), e.MinTXID, e.MaxTXID, e.First.Format(ts), e.Last.Format(ts), e.First.Format(ts))
+	}
+	return fmt.Sprintf("replica %s holds transactions %s to %s (written from %s to %s) but no restorable sequence of them (%v): "+
+		"restart the workspace's sidecar, which uploads a full snapshot at start, then restore again",
+		e.ReplicaURL, e.MinTXID, e.MaxTXID, e.First.Format(ts), e.Last.Format(ts), e.Err)
+}
+
+// notAvailable lists the replica to say what it holds.
+func notAvailable(ctx context.Context, c litestream.ReplicaClient, opt RestoreOptions, cause error) *NotAvailableError {
+	e := &NotAvailableError{ReplicaURL: opt.ReplicaURL, At: opt.At, Err: cause}
+	for level := 0; level <= litestream.SnapshotLevel; level++ {
+		itr, err := c.LTXFiles(ctx, level, 0, true)
+		if err != nil {
+			e.ListErr = err
+			return e
+		}
+		for itr.Next() {
+			f := itr.Item()
+			if e.First.IsZero() || f.CreatedAt.Before(e.First) {
+				e.First = f.CreatedAt
+			}
+			if f.CreatedAt.After(e.Last) {
+				e.Last = f.CreatedAt
+			}
+			if e.MinTXID == 0 || f.MinTXID < e.MinTXID {
+				e.MinTXID = f.MinTXID
+			}
+			e.MaxTXID = max(e.MaxTXID, f.MaxTXID)
+		}
+		if err := itr.Close(); err != nil {
+			e.ListErr = err
+			return e
+		}
+	}
+	e.First, e.Last = e.First.UTC(), e.Last.UTC()
+	return e
 }

@@ -138,7 +138,7 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	log := opts.Logger.With("workspace", opts.Workspace)
 	s := &Sidecar{opts: opts, log: log}
 
-	if err := vfs.Default.MkdirAll(filepath.Dir(opts.DBPath), 0o755); err != nil {
+	if err := vfs.Default.MkdirAll(filepath.Dir(opts.DBPath), dirPerm); err != nil {
 		return nil, fmt.Errorf("create agent state directory: %w", err)
 	}
 	// The database exists (unreplicated) even when the replica cannot be
@@ -156,7 +156,7 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	// One sidecar per database: two would upload conflicting LTX files.
 	lock, err := vfs.Default.Lock(opts.DBPath + ".sidecar-lock")
 	if errors.Is(err, vfs.ErrLocked) {
-		return nil, fmt.Errorf("another sidecar is already replicating %s", opts.DBPath)
+		return nil, fmt.Errorf("another sidecar is already replicating %s: %w", opts.DBPath, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock agent state: %w", err)

@@ -227,6 +227,11 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 	}
 	srv, err := fuse.NewServer(r, mp, mo)
 	if err != nil {
+		if !root {
+			// go-fuse fell back to fusermount3, whose failure reads
+			// "exited with code 256"; say what to do instead.
+			return nil, precondition("mounting %s as uid %d failed (%s): run the daemon as root, as the systemd units and `wsfs up` do (agents of other users reach the mount through allow_other); a mount without root needs /dev/fuse open to that user and a setuid fusermount3 that permits the mount point", mp, os.Geteuid(), strings.TrimSpace(err.Error()))
+		}
 		return nil, fmt.Errorf("mount %s: %w", mp, err)
 	}
 	s := &Server{srv: srv, fs: r, ws: ws, mountpoint: mp, log: opts.Logger, served: make(chan struct{})}
@@ -262,9 +267,12 @@ func (s *Server) Mountpoint() string { return s.mountpoint }
 
 // Unmount commits every completed operation (ws.Sync), then unmounts. If
 // the mount is busy (open files, a shell inside) it detaches it lazily
-// instead and waits up to 10 s for the last user to leave. The workspace
-// stays open: the caller closes it, which commits anything the kernel sent
-// during the unmount. Unmount is idempotent.
+// instead (no new path lookups reach it) and waits up to BusyGrace for the
+// last user to leave; if files are still open then, it logs so and returns
+// nil: everything completed is committed, and the caller's ws.Close commits
+// what the kernel sends meanwhile (and the dirty content of files still
+// open); the open files get errors once the daemon exits. The workspace
+// stays open: the caller closes it. Unmount is idempotent.
 func (s *Server) Unmount() error {
 	s.once.Do(func() {
 		syncErr := s.ws.Sync()
@@ -316,10 +324,15 @@ func (s *Server) unmount() error {
 	select {
 	case <-s.served:
 		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("unmount %s: detached, but files on it are still open; their users get errors once wsfs exits", s.mountpoint)
+	case <-time.After(BusyGrace):
+		s.log.Warn("detached mount still has open files: what was completed is committed; the open files get errors once the daemon exits", "mountpoint", s.mountpoint, "waited", BusyGrace)
+		return nil
 	}
 }
+
+// BusyGrace is how long Unmount waits, after detaching a busy mount, for
+// its last open file to close.
+const BusyGrace = time.Second
 
 // Wait blocks until the file system is unmounted (by Unmount or by an
 // external umount).
@@ -455,27 +468,63 @@ func MountSource(name string) string { return "wsfs:" + name }
 // Mounts returns the mount points where workspace name is mounted, from
 // /proc/self/mountinfo (a dead daemon's mount included).
 func Mounts(name string) ([]string, error) {
+	es, err := readMountinfo()
+	if err != nil {
+		return nil, err
+	}
+	return mountsOf(es, MountSource(name)), nil
+}
+
+// WsfsMountPoints returns every wsfs mount point of the mount table (of
+// any workspace and host, dead ones included).
+func WsfsMountPoints() ([]string, error) {
+	es, err := readMountinfo()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range es {
+		if e.wsfs() {
+			out = append(out, e.point)
+		}
+	}
+	return out, nil
+}
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct{ point, fstype, source string }
+
+// wsfs reports whether the mount is a wsfs mount (fstype fuse.wsfs, source
+// wsfs:NAME).
+func (e mountEntry) wsfs() bool {
+	return strings.HasPrefix(e.fstype, "fuse") && strings.HasPrefix(e.source, MountSource(""))
+}
+
+func readMountinfo() ([]mountEntry, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("read mount table: %w", err)
 	}
 	defer f.Close()
-	return mountsOf(f, MountSource(name))
+	return parseMountinfo(f)
 }
 
-// mountsOf parses mountinfo lines: field 5 is the mount point; after the
-// "-" separator come the fs type and the source.
-func mountsOf(rd io.Reader, source string) ([]string, error) {
-	var out []string
+// parseMountinfo parses mountinfo lines: field 5 is the mount point; after
+// the "-" separator come the fs type and the source. Lines are in mount
+// order, so of several mounts at one point the last is on top.
+func parseMountinfo(rd io.Reader) ([]mountEntry, error) {
+	var out []mountEntry
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		for i, f := range fields {
 			if f == "-" && i+2 < len(fields) && len(fields) > 4 {
-				if strings.HasPrefix(fields[i+1], "fuse") && unescapeMountinfo(fields[i+2]) == source {
-					out = append(out, unescapeMountinfo(fields[4]))
-				}
+				out = append(out, mountEntry{
+					point:  unescapeMountinfo(fields[4]),
+					fstype: fields[i+1],
+					source: unescapeMountinfo(fields[i+2]),
+				})
 				break
 			}
 		}
@@ -483,27 +532,90 @@ func mountsOf(rd io.Reader, source string) ([]string, error) {
 	return out, sc.Err()
 }
 
-// DetachStale lazily unmounts mp if it is a mount of workspace name whose
-// daemon is gone (the kernel answers ENOTCONN). The caller must hold the
-// workspace's lock, which proves no live daemon serves it. It reports
-// whether it detached anything.
-func DetachStale(mp, name string) (bool, error) {
-	mps, err := Mounts(name)
-	if err != nil {
-		return false, err
-	}
-	detached := false
-	for _, m := range mps {
-		if m != mp {
-			continue
+func mountsOf(es []mountEntry, source string) []string {
+	var out []string
+	for _, e := range es {
+		if strings.HasPrefix(e.fstype, "fuse") && e.source == source {
+			out = append(out, e.point)
 		}
-		if _, err := os.Stat(mp); !errors.Is(err, syscall.ENOTCONN) {
-			continue
+	}
+	return out
+}
+
+// ProbeTimeout bounds the statfs that tells a dead mount from a live one.
+const ProbeTimeout = 2 * time.Second
+
+// ErrNoAnswer is wrapped by Probe when a mount does not answer within
+// ProbeTimeout (its daemon is alive but stuck, or stopped).
+var ErrNoAnswer = errors.New("mount does not answer")
+
+// Probe reports whether the FUSE mount at mp has lost its daemon. It asks
+// statfs(2), which the kernel never answers from its caches (a stat of a
+// dead mount's root can still succeed from the attribute cache): once the
+// daemon's /dev/fuse is closed, the connection is aborted and every request
+// fails with ENOTCONN. A live daemon answers; one that does not answer
+// within timeout gives an error wrapping ErrNoAnswer.
+func Probe(mp string, timeout time.Duration) (dead bool, err error) {
+	res := make(chan error, 1)
+	go func() {
+		var st unix.Statfs_t
+		res <- unix.Statfs(mp, &st)
+	}()
+	select {
+	case err := <-res:
+		switch {
+		case err == nil:
+			return false, nil
+		case errors.Is(err, unix.ENOTCONN):
+			return true, nil
+		}
+		return false, fmt.Errorf("statfs %s: %w", mp, err)
+	case <-time.After(timeout):
+		return false, fmt.Errorf("%w: statfs %s took more than %v", ErrNoAnswer, mp, timeout)
+	}
+}
+
+// DeadMount is a mount DetachDead detached.
+type DeadMount struct {
+	Point, Source string
+}
+
+// DetachDead lazily unmounts the wsfs mounts at mp (mountinfo: fstype
+// fuse.wsfs, source wsfs:NAME) whose daemon is gone, top first, and
+// returns them; it stops at the first mount that is not a wsfs mount or
+// whose daemon answers (CheckMountpoint then refuses the mount point).
+//
+// The caller holds the workspace's lock, so no live daemon serves that
+// workspace; the statfs probe (Probe) then tells whether this mount is the
+// dead one, so that a live mount of another host's workspace of the same
+// name is never detached.
+func DetachDead(mp string) ([]DeadMount, error) {
+	var out []DeadMount
+	for range 8 {
+		es, err := readMountinfo()
+		if err != nil {
+			return out, err
+		}
+		var top *mountEntry
+		for i := range es {
+			if es[i].point == mp {
+				top = &es[i]
+			}
+		}
+		if top == nil || !top.wsfs() {
+			return out, nil
+		}
+		dead, err := Probe(mp, ProbeTimeout)
+		if err != nil {
+			return out, precondition("mount point %s holds a wsfs mount (%s) whose daemon does not answer (%v): stop that daemon, or detach the mount with umount -l %s", mp, top.source, err, mp)
+		}
+		if !dead {
+			return out, nil
 		}
 		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
-			return detached, fmt.Errorf("detach stale mount %s: %w", mp, err)
+			return out, fmt.Errorf("detach the dead mount %s (%s): %w", mp, top.source, err)
 		}
-		detached = true
+		out = append(out, DeadMount{Point: mp, Source: top.source})
 	}
-	return detached, nil
+	return out, nil
 }

@@ -70,9 +70,16 @@ func TestMountsOf(t *testing.T) {
 		"37 35 0:32 / /mnt/b rw - fuse.wsfs wsfs:b rw\n" +
 		"38 35 0:33 / /mnt/a2 rw shared:3 - fuse.wsfs wsfs:a rw\n" +
 		"39 35 8:1 / / rw - ext4 /dev/sda1 rw\n"
-	got, err := mountsOf(strings.NewReader(info), MountSource("a"))
-	if err != nil || len(got) != 2 || got[0] != "/mnt/ws 1" || got[1] != "/mnt/a2" {
-		t.Fatalf("mounts of a: %q %v", got, err)
+	es, err := parseMountinfo(strings.NewReader(info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mountsOf(es, MountSource("a"))
+	if len(got) != 2 || got[0] != "/mnt/ws 1" || got[1] != "/mnt/a2" {
+		t.Fatalf("mounts of a: %q", got)
+	}
+	if n := len(es); n != 4 || !es[1].wsfs() || es[3].wsfs() {
+		t.Fatalf("entries: %+v", es)
 	}
 }
 

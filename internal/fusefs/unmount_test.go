@@ -69,3 +69,39 @@ func TestExternalUnmount(t *testing.T) {
 		t.Fatalf("after external unmount and remount: %q", got)
 	}
 }
+
+// TestUnmountBusyKeptOpen: a file that stays open past BusyGrace does not
+// make Unmount fail or wait long: it detaches, returns nil after about
+// BusyGrace, and Close commits what was written through the open file.
+func TestUnmountBusyKeptOpen(t *testing.T) {
+	e := newEnv(t, Options{})
+	f, err := os.Create(e.path("open"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte("not closed")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.srv.Unmount(); err != nil {
+		t.Fatalf("unmount with a file kept open: %v", err)
+	}
+	if took := time.Since(start); took > BusyGrace+5*time.Second {
+		t.Errorf("unmount took %v with BusyGrace %v", took, BusyGrace)
+	}
+	if err := e.ws.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	select {
+	case <-e.srv.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve loop still running after the last file closed")
+	}
+	e.srv, e.ws = nil, nil
+	e.mount()
+	if got := string(mustRead(t, e.path("open"))); got != "not closed" {
+		t.Fatalf("after remount: %q", got)
+	}
+}

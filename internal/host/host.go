@@ -3,7 +3,7 @@
 //
 //	HOME/wsfs.json                   Config (paths relative to HOME)
 //	STATE/workspaces/NAME/           one directory per workspace (log, checkpoints, lock)
-//	STATE/workspaces/NAME/lock       flock held by the daemon serving NAME
+//	STATE/workspaces/NAME/lock       flock held by the daemon serving NAME (with one on the directory)
 //	STATE/workspaces/NAME/agent/     the agent's state (internal/agentstate)
 //	POOL/                            content pool shared by every daemon of the host
 //	MNT/NAME                         default mount point of NAME
@@ -12,6 +12,13 @@
 // movable through the config (the dedicated layout mounts filesystems there).
 //
 // A workspace exists exactly when its directory STATE/workspaces/NAME exists.
+//
+// Privacy: STATE, POOL, HOME/run and HOME/layout hold the content of every
+// workspace, so they are private to the user running wsfs (directories
+// DirPerm, files FilePerm, pool objects 0400); HOME and MNT stay
+// traversable (0755), because the mount points are reached through them and
+// a mount's own permissions are what guards it. EnsurePrivate tightens an
+// existing host that is more open than that.
 // The package is deliberately small: the CLI, the supervisor, the layout tool
 // and the agent-state sidecar all import it.
 package host
@@ -22,8 +29,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"wsfs/internal/vfs"
 )
@@ -35,7 +44,8 @@ const ConfigFile = "wsfs.json"
 // against HOME, so a host directory can be moved as a whole.
 //
 // Unknown fields are ignored when reading, so older binaries can open a
-// config that newer ones extended. New sections are added as new fields.
+// config that newer ones extended; Open logs a warning naming each
+// (configkeys.go). New sections are added as new fields.
 type Config struct {
 	// StateDir holds the per-workspace logs, checkpoints, locks and agent
 	// state. Default "state".
@@ -52,6 +62,16 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{StateDir: "state", PoolDir: "pool", MountDir: "mnt"}
 }
+
+// DirPerm and FilePerm are the modes of the host's private directories and
+// files: only the user running wsfs may read them.
+const (
+	DirPerm  = 0o700
+	FilePerm = 0o600
+)
+
+// publicDirPerm is the mode of HOME and MNT, which lead to the mount points.
+const publicDirPerm = 0o755
 
 // ErrNoHost is wrapped by Open when HOME has no config file.
 var ErrNoHost = errors.New("no wsfs host")
@@ -80,7 +100,7 @@ func Init(home string) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", home, err)
 	}
-	if err := vfs.Default.MkdirAll(abs, 0o755); err != nil {
+	if err := vfs.Default.MkdirAll(abs, publicDirPerm); err != nil {
 		return nil, fmt.Errorf("create host directory: %w", err)
 	}
 	cfgPath := filepath.Join(abs, ConfigFile)
@@ -103,8 +123,11 @@ func Init(home string) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range []string{filepath.Join(h.state, "workspaces"), h.pool, h.mnt} {
-		if err := vfs.Default.MkdirAll(d, 0o755); err != nil {
+	for _, d := range []struct {
+		path string
+		perm fs.FileMode
+	}{{filepath.Join(h.state, "workspaces"), DirPerm}, {h.pool, DirPerm}, {h.mnt, publicDirPerm}} {
+		if err := vfs.Default.MkdirAll(d.path, d.perm); err != nil {
 			return nil, fmt.Errorf("create host directory: %w", err)
 		}
 	}
@@ -134,6 +157,7 @@ func Open(home string) (*Host, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return nil, fmt.Errorf("host config %s is not valid JSON (%v): fix or remove it and run `wsfs init --home %s`", cfgPath, err, home)
 	}
+	warnUnknownKeys(cfgPath, data)
 	def := DefaultConfig()
 	for _, p := range []struct {
 		v   *string
@@ -173,17 +197,9 @@ func (h *Host) PoolDir() string { return h.pool }
 // MountDir is the absolute directory holding the default mount points.
 func (h *Host) MountDir() string { return h.mnt }
 
+// nameRE is the whole grammar of a workspace name; ValidateName (name.go)
+// says which part of it a name breaks.
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
-// ValidateName checks a workspace name: 1 to 63 characters of [a-z0-9._-],
-// starting with a letter or digit (so it is a safe path element and never
-// "." or "..").
-func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("invalid workspace name %q: use 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit", name)
-	}
-	return nil
-}
 
 // WorkspaceDir is STATE/workspaces/NAME (whether or not it exists). The name
 // must be valid.
@@ -191,9 +207,17 @@ func (h *Host) WorkspaceDir(name string) string {
 	return filepath.Join(h.state, "workspaces", name)
 }
 
-// LockPath is the flock file held by the daemon serving NAME.
+// LockPath is the flock file held by the daemon serving NAME. The daemon
+// also holds a flock on the workspace directory itself, which is what
+// keeps a second daemon out when the file has been deleted (see LockNames).
 func (h *Host) LockPath(name string) string {
 	return filepath.Join(h.WorkspaceDir(name), "lock")
+}
+
+// LockNames are what the daemon serving NAME locks, in order (with
+// vfs.LockAll): the workspace directory, then the lock file.
+func (h *Host) LockNames(name string) []string {
+	return []string{h.WorkspaceDir(name), h.LockPath(name)}
 }
 
 // AgentDir is STATE/workspaces/NAME/agent, the agent's state directory.
@@ -216,10 +240,16 @@ func (h *Host) CreateWorkspace(name string) error {
 	if _, err := vfs.Default.Stat(dir); err == nil {
 		return fmt.Errorf("%w: %s (at %s)", ErrWorkspaceExists, name, dir)
 	}
-	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
+	if err := h.EnsureIdentity(); err != nil { // identity.go: refuses a state directory the pool does not know
+		return err
+	}
+	if err := vfs.Default.MkdirAll(dir, DirPerm); err != nil {
 		return fmt.Errorf("create workspace %s: %w", name, err)
 	}
-	return vfs.SyncDir(vfs.Default, filepath.Dir(dir))
+	if err := vfs.SyncDir(vfs.Default, filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return h.RegisterWorkspace(name) // identity.go: after the directory, so GC never misses it
 }
 
 // CheckWorkspace returns an error wrapping ErrNoWorkspace unless NAME is a
@@ -267,7 +297,7 @@ func (h *Host) Locked(name string) (bool, error) {
 	if err := h.CheckWorkspace(name); err != nil {
 		return false, err
 	}
-	l, err := vfs.Default.Lock(h.LockPath(name))
+	l, err := vfs.LockAll(vfs.Default, h.LockNames(name)...)
 	if errors.Is(err, vfs.ErrLocked) {
 		return true, nil
 	}
@@ -287,22 +317,136 @@ func (h *Host) RemoveWorkspace(name string) error {
 	if err := h.CheckWorkspace(name); err != nil {
 		return err
 	}
-	l, err := vfs.Default.Lock(h.LockPath(name))
+	l, err := vfs.LockAll(vfs.Default, h.LockNames(name)...)
 	if err != nil {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	defer l.Close()
 	// Rename first so the removal is atomic for readers of the registry.
 	dir := h.WorkspaceDir(name)
-	trash := filepath.Join(filepath.Dir(dir), vfs.TempPrefix+"rm-"+name)
+	trash := h.RemovingDir(name)
 	if err := vfs.Default.RemoveAll(trash); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	if err := vfs.Default.Rename(dir, trash); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
 	}
+	if err := h.unregisterWorkspace(name); err != nil { // identity.go: only once the directory is away
+		return err
+	}
 	if err := vfs.Default.RemoveAll(trash); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	return vfs.SyncDir(vfs.Default, filepath.Dir(dir))
+}
+
+// PrivateDirs are the host's directories that must be private to the user
+// running wsfs (DirPerm): STATE, POOL, HOME/run and HOME/layout. Everything
+// a workspace stores lies below one of them, so with these closed no other
+// user can reach a segment, checkpoint, pool object, replica or agent
+// state database, whatever the modes of the files (older versions created
+// them world-readable).
+func (h *Host) PrivateDirs() []string {
+	return []string{h.state, h.pool, filepath.Join(h.home, "run"), filepath.Join(h.home, "layout")}
+}
+
+// Tightened is a directory EnsurePrivate made private.
+type Tightened struct {
+	Path     string
+	Old, New fs.FileMode // permission bits
+}
+
+// EnsurePrivate closes each existing PrivateDirs entry that other users
+// could enter or list: group and other permission bits are removed
+// (0755 becomes 0700), and each change is reported so that the caller logs
+// it. It tightens rather than refuses: wsfs never needs those bits, a host
+// created by an older version has them, and refusing would stop every
+// daemon of such a host at the upgrade. Missing directories are skipped.
+func (h *Host) EnsurePrivate() ([]Tightened, error) {
+	var out []Tightened
+	for _, d := range h.PrivateDirs() {
+		st, err := os.Stat(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("check host directory: %w", err)
+		}
+		if !st.IsDir() {
+			continue
+		}
+		old := st.Mode().Perm()
+		if old&0o077 == 0 {
+			continue
+		}
+		nw := old &^ 0o077
+		if err := os.Chmod(d, nw|(st.Mode()&(fs.ModeSticky|fs.ModeSetgid))); err != nil {
+			return out, fmt.Errorf("make host directory %s private (it is %04o, readable by other users): %w", d, old, err)
+		}
+		out = append(out, Tightened{Path: d, Old: old, New: nw})
+	}
+	return out, nil
+}
+
+// ErrMountInHost is wrapped by CheckMountPoint's refusals.
+var ErrMountInHost = errors.New("mount point overlaps the host's own directories")
+
+// CheckMountPoint refuses a mount point mp that lies inside one of the
+// host's own directories (PrivateDirs: STATE, POOL, HOME/run,
+// HOME/layout) or contains one: the daemon would write its state or pool
+// through its own mount and deadlock. Symbolic links are resolved on both
+// sides. mounts are the mount points of other live wsfs mounts: a STATE or
+// POOL reached through one of them is refused too (two daemons writing
+// through each other's mounts).
+func (h *Host) CheckMountPoint(mp string, mounts []string) error {
+	rmp := resolve(mp)
+	for _, d := range h.PrivateDirs() {
+		rd := resolve(d)
+		switch {
+		case within(rmp, rd):
+			return fmt.Errorf("%w: %s is inside the host directory %s; the daemon would write into its own mount: use a mount point outside it, such as the default %s", ErrMountInHost, mp, d, h.MountPoint("NAME"))
+		case within(rd, rmp):
+			return fmt.Errorf("%w: the host directory %s is inside the mount point %s; the daemon would write into its own mount: use a mount point outside it, such as the default %s", ErrMountInHost, d, mp, h.MountPoint("NAME"))
+		}
+	}
+	for _, m := range mounts {
+		rm := resolve(m)
+		for _, d := range []string{h.state, h.pool} {
+			if within(resolve(d), rm) {
+				return fmt.Errorf("%w: the host directory %s lies on the wsfs mount %s; state and pool must be on a native filesystem", ErrMountInHost, d, m)
+			}
+		}
+	}
+	return nil
+}
+
+// resolve makes p absolute and resolves symbolic links in its longest
+// existing prefix (a path not created yet resolves as far as it exists).
+func resolve(p string) string {
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	rest := ""
+	for cur := p; ; {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// within reports whether path p is dir or lies below it (both clean and
+// absolute).
+func within(p, dir string) bool {
+	if p == dir {
+		return true
+	}
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

@@ -126,3 +126,119 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("remove twice: %v", err)
 	}
 }
+
+// TestPrivateModes: Init and CreateWorkspace make STATE, POOL and the
+// workspace directory 0700 and leave HOME and MNT reachable (0755);
+// EnsurePrivate tightens an older host and reports each change once.
+func TestPrivateModes(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "h")
+	h, err := Init(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CreateWorkspace("a"); err != nil {
+		t.Fatal(err)
+	}
+	for d, want := range map[string]os.FileMode{
+		home: 0o755, h.MountDir(): 0o755,
+		h.StateDir(): 0o700, filepath.Join(h.StateDir(), "workspaces"): 0o700, h.WorkspaceDir("a"): 0o700, h.PoolDir(): 0o700,
+	} {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want %04o", d, st.Mode().Perm(), err, want)
+		}
+	}
+	if ch, err := h.EnsurePrivate(); err != nil || len(ch) != 0 {
+		t.Fatalf("EnsurePrivate on a new host: %v %v", ch, err)
+	}
+	run := filepath.Join(home, "run")
+	if err := os.Mkdir(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{h.StateDir(), h.PoolDir()} {
+		if err := os.Chmod(d, 0o775); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch, err := h.EnsurePrivate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Tightened{{h.StateDir(), 0o775, 0o700}, {h.PoolDir(), 0o775, 0o700}, {run, 0o755, 0o700}}
+	if !reflect.DeepEqual(ch, want) {
+		t.Fatalf("EnsurePrivate: %+v, want %+v", ch, want)
+	}
+	if ch, err := h.EnsurePrivate(); err != nil || len(ch) != 0 {
+		t.Fatalf("second EnsurePrivate: %v %v", ch, err)
+	}
+}
+
+// TestCheckMountPoint: mount points inside, equal to or around the host's
+// own directories are refused (symbolic links resolved), as is a host
+// whose state lies on a wsfs mount; the default mount point and an
+// unrelated directory are fine.
+func TestCheckMountPoint(t *testing.T) {
+	base := t.TempDir()
+	h, err := Init(filepath.Join(base, "h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(h.PoolDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mp     string
+		mounts []string
+		want   string // "" for accepted
+	}{
+		{h.MountPoint("a"), nil, ""},
+		{filepath.Join(base, "elsewhere"), nil, ""},
+		{filepath.Join(h.PoolDir(), "tmp"), nil, "is inside the host directory " + h.PoolDir()},
+		{h.StateDir(), nil, "is inside the host directory " + h.StateDir()},
+		{filepath.Join(h.StateDir(), "workspaces", "a", "x"), nil, "is inside the host directory"},
+		{filepath.Join(link, "tmp"), nil, "is inside the host directory " + h.PoolDir()},
+		{filepath.Join(h.Home(), "layout", "x"), nil, "is inside the host directory"},
+		{h.Home(), nil, "is inside the mount point"},
+		{base, nil, "is inside the mount point"},
+		{filepath.Join(base, "elsewhere"), []string{base}, "lies on the wsfs mount " + base},
+		{filepath.Join(base, "elsewhere"), []string{filepath.Join(base, "other")}, ""},
+	} {
+		err := h.CheckMountPoint(c.mp, c.mounts)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s (mounts %v): %v", c.mp, c.mounts, err)
+		case c.want != "" && (!errors.Is(err, ErrMountInHost) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s (mounts %v): %v, want ErrMountInHost with %q", c.mp, c.mounts, err, c.want)
+		}
+	}
+}
+
+// TestLockedByDirectory: a daemon's lock on the workspace directory keeps
+// counting after its lock file was deleted: Locked says so and
+// RemoveWorkspace refuses.
+func TestLockedByDirectory(t *testing.T) {
+	h, err := Init(filepath.Join(t.TempDir(), "h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CreateWorkspace("a"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := vfs.LockAll(vfs.Default, h.LockNames("a")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(h.LockPath("a")); err != nil {
+		t.Fatal(err)
+	}
+	if locked, err := h.Locked("a"); err != nil || !locked {
+		t.Fatalf("Locked after the lock file was deleted: %v %v", locked, err)
+	}
+	if err := h.RemoveWorkspace("a"); !errors.Is(err, vfs.ErrLocked) {
+		t.Fatalf("RemoveWorkspace while the directory is locked: %v", err)
+	}
+	l.Close()
+	if locked, err := h.Locked("a"); err != nil || locked {
+		t.Fatalf("Locked after release: %v %v", locked, err)
+	}
+}

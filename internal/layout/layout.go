@@ -67,6 +67,13 @@ var ErrNotRoot = errors.New("wsfs layout needs root")
 // ErrBusy is wrapped by Destroy's refusal while workspaces are in use.
 var ErrBusy = errors.New("layout in use")
 
+// ErrNotEmpty is wrapped by Create's refusal to mount over a state or pool
+// directory that holds files.
+var ErrNotEmpty = errors.New("not empty")
+
+// ErrNoLayout is wrapped by Status and Destroy when no layout is recorded.
+var ErrNoLayout = errors.New("no layout recorded")
+
 // Options configure Create.
 type Options struct {
 	// Dir holds the image files and the record. Default HOME/layout.
@@ -221,7 +228,7 @@ func Create(h *host.Host, opts Options) (Record, error) {
 		return Record{}, errors.New("state and pool sizes must be positive")
 	}
 	dir := layoutDir(h, opts)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Record{}, fmt.Errorf("create layout directory: %w", err)
 	}
 	prev, err := ReadRecord(dir)
@@ -304,7 +311,7 @@ func checkEmpty(dir string) error {
 		return fmt.Errorf("inspect %s: %w", dir, err)
 	}
 	if len(found) > 0 {
-		return fmt.Errorf("%s is not empty (it holds %s): the layout mounts a new filesystem there, which would hide those files; move them elsewhere (or destroy those workspaces) first", dir, strings.Join(found, ", "))
+		return fmt.Errorf("%s is %w (it holds %s): the layout mounts a new filesystem there, which would hide those files; move them elsewhere (or destroy those workspaces) first", dir, ErrNotEmpty, strings.Join(found, ", "))
 	}
 	return nil
 }
@@ -435,7 +442,7 @@ func Status(h *host.Host, dir string) ([]FSStatus, error) {
 	}
 	rec, err := ReadRecord(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no layout recorded in %s: create one with `wsfs layout create`", dir)
+		return nil, fmt.Errorf("%w in %s: create one with `wsfs layout create`", ErrNoLayout, dir)
 	}
 	if err != nil {
 		return nil, err
@@ -496,7 +503,7 @@ func Destroy(h *host.Host, opts Options) error {
 	dir := layoutDir(h, opts)
 	rec, err := ReadRecord(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("no layout recorded in %s: nothing to destroy", dir)
+		return fmt.Errorf("%w in %s: nothing to destroy", ErrNoLayout, dir)
 	}
 	if err != nil {
 		return err

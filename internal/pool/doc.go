@@ -72,16 +72,36 @@
 //
 // # Garbage collection and protection
 //
-// GC removes an object only if the caller says it is unreferenced and its
-// mtime is older than the grace period. A dedup hit bumps the object's mtime
-// (Protect) before Put returns, so an object that a group is about to
-// reference cannot be collected during the group's commit window, as long as
-// the grace period is far longer than a commit window (GC refuses anything
-// shorter than MinGrace, one hour). GC moves a candidate into POOL/tmp before deleting it and checks
-// its mtime again there; if a Protect raced with it, GC puts the object
-// back and syncs its directory. The same grace period applies to temps in
-// POOL/tmp: a temp lives only for the length of one Put or repair, so an
-// older one was left by a crashed process.
+// GC (Collect) removes an object only if the caller says it is
+// unreferenced and its mtime is older than the grace period before the
+// caller began marking (GCOptions.MarkStart). A dedup hit bumps the
+// object's mtime (Protect) before Put returns, so an object that a group is
+// about to reference cannot be collected during the group's commit window,
+// as long as the grace period is far longer than a commit window (GC
+// refuses anything shorter than MinGrace, one hour; TestMinGraceEnv lowers
+// it for tests). The drain sets a fresh mtime on any object of its group
+// older than a quarter of the minimum grace, so a group retried for a long
+// time (a full log filesystem) keeps its objects.
+//
+// GC renames a candidate to POOL/tmp/gc-<id> and reads its mtime again
+// there; Protect sets the mtime and then checks that the name still
+// resolves. Either the time was set before the rename (GC sees it and
+// links the object back, syncing its directory) or Protect reports the
+// object missing and Put publishes its own copy: a dedup hit and a removal
+// never both succeed. The next pass finishes what an interrupted one left
+// in gc-<id>. The same grace period applies to temps in POOL/tmp: a temp
+// lives only for the length of one Put or repair, so an older one was left
+// by a crashed process.
+//
+// # Dedup verification
+//
+// A dedup hit compares the existing object with the caller's bytes unless
+// this process has verified it since it last changed (every object this
+// process published or compared counts); a damaged one (wrong bytes or
+// size) is replaced by a synced copy of the caller's bytes, renamed over it,
+// and an ERROR names it. SyncObjects hashes any object of its set that this
+// process has not verified, so a group never commits over bytes nobody
+// checked.
 //
 // # Reads
 //

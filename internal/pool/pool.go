@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,8 +48,8 @@ const (
 	putPrefix       = "put-"    // Put's temp, linked into place then removed
 	repairPrefix    = "repair-" // Republish and healing
 	gravePrefix     = "gc-"     // GC's graveyard: an object being removed
-	objectPerm      = 0o444     // objects are immutable
-	dirPerm         = 0o755
+	objectPerm      = 0o400     // objects are immutable; private to the user running wsfs
+	dirPerm         = 0o700
 	maxCacheEntries = 1 << 20 // per cache; a full cache is cleared (costs re-verifying / re-syncing)
 )
 
@@ -70,6 +72,13 @@ type Pool struct {
 	// or more (vfs.File.StartWriteback). Always true outside
 	// BenchmarkDrainWriteback's comparison.
 	writeback bool
+	// minGrace is the shortest grace period GC accepts (MinGrace, or the
+	// test override TestMinGraceEnv); trust is how long a sync of this
+	// process is trusted past the object's mtime (durableWindow, shorter
+	// under the override so that the argument of durableWindow still
+	// holds); refresh is the age of an object's mtime past which the drain
+	// protects it again (see SyncObjects).
+	minGrace, trust, refresh time.Duration
 
 	mu struct {
 		sync.Mutex
@@ -106,6 +115,37 @@ const durableWindow = 10 * time.Minute
 // durableWindow plus a commit window by a wide margin.
 const MinGrace = time.Hour
 
+// TestMinGraceEnv names an environment variable that tests set (to a Go
+// duration, e.g. "2s") to lower the minimum grace period of every pool the
+// process opens, so that GC can be exercised in seconds. It also shortens
+// this process's trust in its own syncs (durableWindow) to a sixth of it,
+// which keeps the safety argument intact for the processes that see it. No
+// production setup sets it: Open logs a warning whenever it is in effect,
+// and `wsfs gc` refuses a grace below MinGrace unless it is set.
+const TestMinGraceEnv = "WSFS_TEST_MIN_GRACE"
+
+// testMinGrace returns the override of TestMinGraceEnv, or 0.
+func testMinGrace() time.Duration {
+	v := os.Getenv(TestMinGraceEnv)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > MinGrace {
+		return 0
+	}
+	return d
+}
+
+// EffectiveMinGrace is MinGrace, or the test override of TestMinGraceEnv
+// when the environment sets one.
+func EffectiveMinGrace() time.Duration {
+	if d := testMinGrace(); d > 0 {
+		return d
+	}
+	return MinGrace
+}
+
 // Open opens the pool in dir, creating dir, dir/objects and dir/tmp if
 // needed and syncing dir and its parent (so all three survive a crash;
 // directories further up are the caller's). It also syncs dir/objects once, so
@@ -137,6 +177,13 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	p.mu.durable = make(map[ID]time.Time)
 	p.mu.corrupt = make(map[ID]struct{})
 	p.writeback = true
+	p.minGrace, p.trust = MinGrace, durableWindow
+	if d := testMinGrace(); d > 0 {
+		p.minGrace, p.trust = d, d/6
+		p.log.Warn("pool: test override of the minimum GC grace period in effect; never use it in production",
+			"env", TestMinGraceEnv, "min_grace", d)
+	}
+	p.refresh = p.minGrace / 4
 
 	for _, d := range []string{p.objects, p.tmp} {
 		if err := fsys.MkdirAll(d, dirPerm); err != nil {
@@ -289,20 +336,30 @@ func (p *Pool) removeTemp(name string) {
 // see the package doc). Nothing is synced: the caller must include id in
 // its drain set (SyncObjects) in both cases.
 //
-// If the existing object is known to be damaged (it failed verification in
-// this process, or its size differs from len(data)), Put repairs it with
-// data, durably, and reports dedup=false.
+// A dedup hit never makes the caller depend on bytes nobody checked: unless
+// this process has verified the existing object since it last changed
+// (Pool.mu.verified, same size), Put compares it with data. An object that
+// differs (or has the wrong size, or failed verification earlier in this
+// process) is damaged: Put logs an ERROR naming it, replaces it durably
+// with a synced copy of data (rename over it: a damaged inode is nobody's
+// committed data) and reports dedup=false. An object that vanishes under
+// Put (GC removed it, see Protect) is published again from data.
 func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 	id = Sum(data)
 	if p.isCorrupt(id) {
 		return id, false, p.repairFromBytes(id, data, "it failed verification earlier")
 	}
 	dedup, err = p.protectExisting(id, int64(len(data)))
-	if err != nil || dedup {
-		if errors.Is(err, errWrongSize) {
-			return id, false, p.repairFromBytes(id, data, err.Error())
-		}
-		return id, dedup, err
+	if errors.Is(err, errWrongSize) {
+		p.log.Error("pool: corrupt object found by a dedup hit; replacing it with the content being written",
+			"id", id.String(), "path", p.Path(id), "err", err)
+		return id, false, p.repairFromBytes(id, data, err.Error())
+	}
+	if err != nil {
+		return id, false, err
+	}
+	if dedup {
+		return p.checkDedup(id, data)
 	}
 
 	f, tmp, err := p.createTemp(putPrefix)
@@ -328,18 +385,122 @@ func (p *Pool) Put(data []byte) (id ID, dedup bool, err error) {
 	dedup, err = p.linkIntoPlace(tmp, id, int64(len(data)))
 	if err != nil {
 		if errors.Is(err, errWrongSize) {
+			p.log.Error("pool: corrupt object found while publishing; replacing it with the content being written",
+				"id", id.String(), "path", p.Path(id), "err", err)
 			return id, false, p.repairFromTemp(id, tmp, err.Error())
 		}
 		return id, false, err
 	}
+	if dedup {
+		// Another publisher linked its copy first: check it like any
+		// dedup hit.
+		return p.checkDedup(id, data)
+	}
+	// The bytes under the name are the ones this process wrote and
+	// hashed.
+	p.mu.Lock()
+	setCache(p.mu.verified, id, int64(len(data)))
+	p.mu.Unlock()
+	return id, false, nil
+}
+
+// checkDedup finishes a dedup hit on the existing, protected object id:
+// unless this process verified it since it last changed, it compares the
+// object with data, which hashes to id. A match marks it verified and
+// reports dedup=true; a mismatch replaces it durably from data (ERROR
+// logged); a vanished object is published again from data.
+func (p *Pool) checkDedup(id ID, data []byte) (ID, bool, error) {
+	if p.isVerified(id, int64(len(data))) {
+		return id, true, nil
+	}
+	same, err := p.sameContent(id, data)
+	var missing *MissingObjectError
+	switch {
+	case errors.As(err, &missing):
+		// Removed between Protect and the read (GC: it was old and
+		// unreferenced): publish our own copy.
+		return p.putNew(id, data)
+	case err != nil:
+		return id, false, err
+	case !same:
+		p.log.Error("pool: corrupt object found by a dedup hit (its bytes differ from the content being written); "+
+			"replacing it with a synced copy of that content", "id", id.String(), "path", p.Path(id))
+		return id, false, p.repairFromBytes(id, data, "a dedup hit found its bytes differ from the content")
+	}
+	p.mu.Lock()
+	setCache(p.mu.verified, id, int64(len(data)))
+	p.mu.Unlock()
+	return id, true, nil
+}
+
+// putNew publishes data (which hashes to id) after the existing object
+// vanished; a second dedup hit (another publisher again) is checked too.
+func (p *Pool) putNew(id ID, data []byte) (ID, bool, error) {
+	f, tmp, err := p.createTemp(putPrefix)
+	if err != nil {
+		return id, false, err
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		p.removeTemp(tmp)
+		return id, false, fmt.Errorf("pool: put %s: write temp %s: %w", id, tmp, werr)
+	}
+	dedup, err := p.linkIntoPlace(tmp, id, int64(len(data)))
+	if errors.Is(err, errWrongSize) {
+		return id, false, p.repairFromTemp(id, tmp, err.Error())
+	}
+	if err != nil {
+		return id, false, err
+	}
 	if !dedup {
-		// The bytes under the name are the ones this process wrote and
-		// hashed.
 		p.mu.Lock()
 		setCache(p.mu.verified, id, int64(len(data)))
 		p.mu.Unlock()
+		return id, false, nil
 	}
-	return id, dedup, nil
+	same, err := p.sameContent(id, data)
+	if err != nil {
+		return id, false, err
+	}
+	if !same {
+		p.log.Error("pool: corrupt object found by a dedup hit; replacing it", "id", id.String(), "path", p.Path(id))
+		return id, false, p.repairFromBytes(id, data, "a dedup hit found its bytes differ from the content")
+	}
+	p.mu.Lock()
+	setCache(p.mu.verified, id, int64(len(data)))
+	p.mu.Unlock()
+	return id, true, nil
+}
+
+// isVerified reports whether this process verified object id at this size.
+func (p *Pool) isVerified(id ID, size int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.mu.verified[id]
+	return ok && v == size
+}
+
+// sameContent reads object id and reports whether it equals data. A
+// missing object is a *MissingObjectError.
+func (p *Pool) sameContent(id ID, data []byte) (bool, error) {
+	path := p.Path(id)
+	f, err := p.fs.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, &MissingObjectError{ID: id, Path: path, Err: err}
+		}
+		return false, fmt.Errorf("pool: read object %s to compare: %w", id, err)
+	}
+	defer f.Close()
+	buf := make([]byte, len(data)+1)
+	n, err := io.ReadFull(io.NewSectionReader(f, 0, int64(len(buf))), buf)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return false, fmt.Errorf("pool: read object %s to compare: %w", id, err)
+	}
+	return n == len(data) && bytes.Equal(buf[:n], data), nil
 }
 
 // writebackMin is the smallest new object whose publication (Put) starts
@@ -365,9 +526,11 @@ var errWrongSize = errors.New("existing object has the wrong size")
 // exists; when size >= 0 and the object's size differs, it returns an error
 // wrapping errWrongSize.
 func (p *Pool) protectExisting(id ID, size int64) (bool, error) {
-	err := p.Protect(id)
+	fi, err := p.protect(id)
 	var missing *MissingObjectError
 	if errors.As(err, &missing) {
+		// Absent, or GC removed it (it was old and unreferenced): the
+		// caller publishes a new one.
 		return false, nil
 	}
 	if err != nil {
@@ -375,15 +538,6 @@ func (p *Pool) protectExisting(id ID, size int64) (bool, error) {
 	}
 	if size < 0 {
 		return true, nil
-	}
-	fi, err := p.fs.Stat(p.Path(id))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// GC removed it between Protect and Stat: it was old and
-			// unreferenced; the caller publishes a new one.
-			return false, nil
-		}
-		return false, fmt.Errorf("pool: stat object %s: %w", id, err)
 	}
 	if fi.Size() != size {
 		return true, fmt.Errorf("%w: object %s is %d bytes, content is %d bytes", errWrongSize, id, fi.Size(), size)
@@ -436,24 +590,43 @@ func (p *Pool) linkIntoPlace(tmp string, id ID, size int64) (dedup bool, err err
 // again: an unreferenced object survives GC for at least the grace period
 // after the last Protect. Put calls it on a dedup hit.
 // It returns a *MissingObjectError if the object does not exist.
+//
+// After setting the time Protect checks by name that the object is still
+// there. That makes it atomic against GC's removal (see GC): GC moves a
+// candidate away and only then reads its mtime again. If the name still
+// resolves after the time was set, the time was set before GC moved the
+// inode, so GC sees it and puts the object back; if not, Protect reports
+// the object missing and the caller publishes its own copy.
 func (p *Pool) Protect(id ID) error {
+	_, err := p.protect(id)
+	return err
+}
+
+// protect is Protect; it also returns the object's FileInfo as seen by the
+// check after setting the time.
+func (p *Pool) protect(id ID) (fs.FileInfo, error) {
 	now := p.now()
 	path := p.Path(id)
-	if err := p.fs.Chtimes(path, now, now); err != nil {
+	err := p.fs.Chtimes(path, now, now)
+	var fi fs.FileInfo
+	if err == nil {
+		fi, err = p.fs.Stat(path)
+	}
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return &MissingObjectError{ID: id, Path: path, Err: err}
+			return nil, &MissingObjectError{ID: id, Path: path, Err: err}
 		}
-		return fmt.Errorf("pool: protect object %s: %w", id, err)
+		return nil, fmt.Errorf("pool: protect object %s: %w", id, err)
 	}
 	// If this process's sync of the object is still trusted, the object
 	// cannot have been replaced since, and GC now cannot remove it before
 	// now+MinGrace: extend the trust (see durableWindow).
 	p.mu.Lock()
 	if until, ok := p.mu.durable[id]; ok && now.Before(until) {
-		p.mu.durable[id] = now.Add(durableWindow)
+		p.mu.durable[id] = now.Add(p.trust)
 	}
 	p.mu.Unlock()
-	return nil
+	return fi, nil
 }
 
 // Open opens object id read-only, positioned at offset 0. The first Open of

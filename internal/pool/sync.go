@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,7 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 
 	p.mu.Lock()
 	for i, id := range todo {
-		setCache(p.mu.durable, id, mtimes[i].Add(durableWindow))
+		setCache(p.mu.durable, id, mtimes[i].Add(p.trust))
 	}
 	for _, b := range pendingFanouts {
 		p.mu.fanout[b] |= fanoutDurable
@@ -157,6 +158,15 @@ func (p *Pool) knownDurable(id ID) bool {
 
 // syncObject opens object id read-only and SyncData's it. It returns the
 // object's mtime.
+//
+// Before the sync it makes sure the bytes are right: unless this process
+// verified the object since it last changed (Pool.mu.verified at this
+// size: Put verifies every object it publishes or deduplicates against),
+// it hashes the object, and a mismatch is a *CorruptObjectError, so a group
+// never commits a reference to bytes nobody checked. And if the object's
+// mtime is older than the refresh age (a quarter of the minimum grace
+// period), it sets it to now: a group that keeps being retried (a full log
+// filesystem) keeps its objects out of GC's reach, however long it waits.
 func (p *Pool) syncObject(id ID) (time.Time, error) {
 	path := p.Path(id)
 	f, err := p.fs.Open(path)
@@ -166,16 +176,39 @@ func (p *Pool) syncObject(id ID) (time.Time, error) {
 		}
 		return time.Time{}, fmt.Errorf("pool: sync object %s: open: %w", id, err)
 	}
-	var mtime time.Time
+	mtime, err := p.checkAndSync(id, path, f)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pool: sync object %s (%s): %w", id, path, cerr)
+	}
+	return mtime, err
+}
+
+// checkAndSync is syncObject's work on the open object f.
+func (p *Pool) checkAndSync(id ID, path string, f vfs.File) (time.Time, error) {
 	fi, err := f.Stat()
-	if err == nil {
-		mtime = fi.ModTime()
-		err = f.SyncData()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
+		return time.Time{}, fmt.Errorf("pool: sync object %s (%s): stat: %w", id, path, err)
+	}
+	if !p.isVerified(id, fi.Size()) {
+		h := NewHasher()
+		if _, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, fi.Size()+1), make([]byte, 256<<10)); err != nil {
+			return time.Time{}, fmt.Errorf("pool: sync object %s: read to verify: %w", id, err)
+		}
+		if got := h.Sum(); got != id {
+			return time.Time{}, p.corruptErr(id, path, got)
+		}
+		p.mu.Lock()
+		setCache(p.mu.verified, id, fi.Size())
+		p.mu.Unlock()
+	}
+	mtime := fi.ModTime()
+	if now := p.now(); mtime.Before(now.Add(-p.refresh)) {
+		if err := p.fs.Chtimes(path, now, now); err != nil {
+			return time.Time{}, fmt.Errorf("pool: sync object %s: protect: %w", id, err)
+		}
+		mtime = now
+	}
+	if err := f.SyncData(); err != nil {
 		return time.Time{}, fmt.Errorf("pool: sync object %s (%s): %w", id, path, err)
 	}
 	return mtime, nil
@@ -307,7 +340,7 @@ func (p *Pool) replaceDurably(id ID, tmp string, mtime time.Time, verifiedSize i
 	}
 	p.mu.Lock()
 	p.mu.fanout[fanoutIndex(id)] |= fanoutDurable
-	setCache(p.mu.durable, id, mtime.Add(durableWindow))
+	setCache(p.mu.durable, id, mtime.Add(p.trust))
 	if verifiedSize >= 0 {
 		setCache(p.mu.verified, id, verifiedSize)
 	}

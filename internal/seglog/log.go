@@ -167,7 +167,7 @@ func mkdirDurable(fsys vfs.FS, dir string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	if err := fsys.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("seglog: create directory: %w", err)
 	}
 	for _, d := range missing { // deepest first
@@ -319,7 +319,7 @@ func (l *Log) repairHeader(seq uint64, path string, first uint64, size int64) er
 // a segment with a torn header and no group, which Open repairs).
 func (l *Log) createSegment(seq, first uint64) error {
 	path := filepath.Join(l.dir, segName(seq))
-	f, err := l.fs.CreateExcl(path, 0o644)
+	f, err := l.fs.CreateExcl(path, 0o600)
 	if err != nil {
 		err = fmt.Errorf("seglog: create segment: %w", err)
 		if isNoSpace(err) {

@@ -21,6 +21,19 @@ import (
 // the daemon's ready file (if asked for one) and then ignores SIGTERM.
 func testChild(mode string) {
 	switch mode {
+	case "gc":
+		// A daemon or sidecar that stays up; a gc pass that records its
+		// arguments.
+		if len(os.Args) > 1 && os.Args[1] == "gc" {
+			f, err := os.OpenFile(filepath.Join(os.Getenv("WSFS_SUPERVISOR_TEST_DIR"), "gc.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err == nil {
+				fmt.Fprintln(f, strings.Join(os.Args[1:], " "))
+				f.Close()
+			}
+			fmt.Println("wsfs gc: reclaimed 0 B (0 bytes)")
+			os.Exit(0)
+		}
+		time.Sleep(time.Hour)
 	case "exit3":
 		os.Exit(3)
 	case "deaf":
@@ -99,6 +112,48 @@ func TestBackoffDoublesToCap(t *testing.T) {
 		lastExitOK := c.LastExit == "exit code 3" || c.LastExit == "signal SIGTERM"
 		if (c.Kind == KindDaemon && c.Restarts < 5) || c.PID != 0 || !lastExitOK {
 			t.Errorf("up.json child %+v", c)
+		}
+	}
+}
+
+// TestGCInterval: with GCInterval set, the supervisor runs `wsfs gc
+// --home HOME` periodically while the children serve, and logs each pass.
+func TestGCInterval(t *testing.T) {
+	t.Setenv("WSFS_SUPERVISOR_TEST_CHILD", "gc")
+	marks := t.TempDir()
+	t.Setenv("WSFS_SUPERVISOR_TEST_DIR", marks)
+	h := testHost(t)
+	log := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{
+			Host: h, Workspaces: []string{"ws-1"}, Exe: os.Args[0], StopTimeout: 5 * time.Second,
+			GCInterval: 50 * time.Millisecond, GCArgs: []string{"--grace=2h"},
+			Logger: slog.New(slog.NewTextHandler(log, nil)),
+		})
+	}()
+	deadline := time.After(time.Minute)
+	for strings.Count(log.String(), "msg=\"wsfs up: periodic gc\"") < 3 {
+		select {
+		case <-deadline:
+			cancel()
+			t.Fatalf("fewer than 3 periodic gc passes logged:\n%s", log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(marks, "gc.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "gc --home=" + h.Home() + " --grace=2h"
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line != want {
+			t.Errorf("gc ran as %q, want %q", line, want)
 		}
 	}
 }

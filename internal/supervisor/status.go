@@ -149,7 +149,9 @@ func (w WorkspaceStatus) Columns(now time.Time) []string {
 			notes = append(notes, "FAILED: "+d.Failed)
 		}
 		if d.Stalled != "" {
-			notes = append(notes, "STALLED: "+d.Stalled)
+			notes = append(notes, "STALLED: "+d.Stalled+
+				" (nothing is lost; it commits once there is space. Where state and pool share a filesystem, `wsfs gc --grace 1h` frees it while daemons serve:"+
+				" it removes the objects of files deleted before the stall; deletions made while stalled free nothing until they can commit)")
 		}
 		if w.DaemonStale {
 			notes = append(notes, "daemon status stale (daemon not running?)")

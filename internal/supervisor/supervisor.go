@@ -43,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -78,6 +79,14 @@ type Options struct {
 	// Ready, if set, is called once every daemon has written its ready file
 	// for the first time.
 	Ready func()
+	// GCInterval, if positive, runs `wsfs gc` (with GCArgs) on the host
+	// every GCInterval while the daemons serve, the first pass one interval
+	// after the start. Each pass's output and outcome are logged; a failed
+	// or refused pass is retried at the next tick, and a pass still running
+	// at shutdown is killed (the next pass finishes its work; see
+	// pool.Collect).
+	GCInterval time.Duration
+	GCArgs     []string
 }
 
 // Kinds of child process.
@@ -165,7 +174,7 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Logger = slog.Default()
 	}
 	h := opts.Host
-	if err := os.MkdirAll(RunDir(h), 0o755); err != nil {
+	if err := os.MkdirAll(RunDir(h), 0o700); err != nil {
 		return fmt.Errorf("create runtime directory: %w", err)
 	}
 	s := &supervisor{opts: opts, log: opts.Logger}
@@ -218,15 +227,48 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	s.log.Info("wsfs up: supervising", "workspaces", len(opts.Workspaces), "children", len(s.children))
 	go s.watchReady(ctx)
+	gcDone := make(chan struct{})
+	if opts.GCInterval > 0 {
+		go func() { defer close(gcDone); s.gcLoop(restartCtx, home) }()
+	} else {
+		close(gcDone)
+	}
 
 	<-ctx.Done()
 	s.log.Info("wsfs up: stopping (sidecars first, then daemons)")
 	stopRestarts()
+	<-gcDone
 	s.stopAll(KindSidecar)
 	s.stopAll(KindDaemon)
 	s.writeState()
 	s.log.Info("wsfs up: stopped")
 	return nil
+}
+
+// gcLoop runs `wsfs gc` every Options.GCInterval until ctx is done.
+func (s *supervisor) gcLoop(ctx context.Context, home string) {
+	t := time.NewTicker(s.opts.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, s.opts.Exe, append([]string{"gc", home}, s.opts.GCArgs...)...)
+		out, err := cmd.CombinedOutput()
+		msg := strings.TrimSpace(string(out))
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.Warn("wsfs up: periodic gc failed; retried at the next interval", "how", describeExit(cmd.ProcessState, err),
+				"duration", time.Since(start).Round(time.Millisecond), "output", msg)
+			continue
+		}
+		s.log.Info("wsfs up: periodic gc", "duration", time.Since(start).Round(time.Millisecond), "output", msg)
+	}
 }
 
 // watchReady calls Options.Ready once every daemon's ready file exists.
@@ -434,7 +476,7 @@ func (s *supervisor) writeState() {
 	data, _ := json.MarshalIndent(st, "", "  ")
 	path := StateFile(s.opts.Host)
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err == nil {
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err == nil {
 		os.Rename(tmp, path)
 	}
 }
@@ -472,7 +514,7 @@ func openChildLog(path string) (*os.File, int64, error) {
 	if st, err := os.Stat(path); err == nil && st.Size() > maxChildLog {
 		os.Truncate(path, 0)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, 0, err
 	}

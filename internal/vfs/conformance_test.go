@@ -69,6 +69,7 @@ var conformance = []struct {
 	{"MkdirAllStat", testMkdirAllStat},
 	{"Chtimes", testChtimes},
 	{"LockExclusive", testLockExclusive},
+	{"LockDirectory", testLockDirectory},
 	{"OpenDirSync", testOpenDirSync},
 	{"Publish", testPublish},
 	{"PublishWriteErrorRemovesTemp", testPublishWriteError},
@@ -532,6 +533,42 @@ func testLockExclusive(t *testing.T, fsys FS, dir string) {
 	l2, err := fsys.Lock(p)
 	if err != nil {
 		t.Fatalf("Lock after Close: %v", err)
+	}
+	l2.Close()
+}
+
+// testLockDirectory: an existing directory is locked itself (nothing is
+// created in it), and LockAll of a directory and a file inside it stays
+// exclusive after the file is removed: a second LockAll fails on the
+// directory.
+func testLockDirectory(t *testing.T, fsys FS, dir string) {
+	d := filepath.Join(dir, "ws")
+	if err := fsys.MkdirAll(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(d, "lock")
+	l, err := LockAll(fsys, d, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := fsys.Stat(d); err != nil || !st.IsDir() {
+		t.Fatalf("locked directory: %v %v", st, err)
+	}
+	if err := fsys.Remove(f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LockAll(fsys, d, f); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second LockAll after the lock file was removed: %v, want ErrLocked", err)
+	}
+	if _, err := fsys.Stat(f); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused LockAll must not keep what it took: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := LockAll(fsys, d, f)
+	if err != nil {
+		t.Fatalf("LockAll after Close: %v", err)
 	}
 	l2.Close()
 }

@@ -521,7 +521,7 @@ func (m *MemFS) Chtimes(name string, atime, mtime time.Time) error {
 }
 
 // Lock creates name if missing (like the OS implementation; the entry is
-// not synced) and holds an in-process lock on its cleaned path until the
+// not synced; an existing directory is locked as it is) and holds an in-process lock on its cleaned path until the
 // returned Closer is closed. A second Lock fails with an error wrapping
 // ErrLocked.
 func (m *MemFS) Lock(name string) (io.Closer, error) {
@@ -543,10 +543,7 @@ func (m *MemFS) lock(name string) (_ io.Closer, created bool, _ error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("lock %s: %w", name, err)
 	}
-	n, ok := dir.children[base]
-	if ok && n.isDir {
-		return nil, false, fmt.Errorf("lock %s: %w", name, pathErr("open", name, syscall.EISDIR))
-	}
+	_, ok := dir.children[base] // an existing directory is locked itself, as on the OS
 	if m.mu.locks[key] {
 		return nil, false, fmt.Errorf("lock %s: %w (held by another Lock call in this process; close it first)", name, ErrLocked)
 	}

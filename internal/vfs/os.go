@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -77,7 +80,7 @@ func wrap(f *os.File, err error) (File, error) {
 }
 
 func (osFS) Create(name string) (File, error) {
-	return wrap(os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o666))
+	return wrap(os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600))
 }
 
 func (osFS) CreateExcl(name string, perm os.FileMode) (File, error) {
@@ -140,13 +143,22 @@ func (osFS) Chtimes(name string, atime, mtime time.Time) error {
 	return os.Chtimes(name, atime, mtime)
 }
 
-// Lock creates name if missing and takes flock(LOCK_EX|LOCK_NB) on it. The
-// lock lives as long as the returned Closer (the open file description), so
-// a second Lock of the same name, in this process or another, fails with an
-// error wrapping ErrLocked until Close. The file is never removed: removing a
-// lock file races with a concurrent Lock that already opened it.
+// Lock takes flock(LOCK_EX|LOCK_NB) on name: on the directory itself if
+// name is an existing directory, else on the file name, created (mode
+// 0600) if missing. The lock lives as long as the returned Closer (the open
+// file description), so a second Lock of the same name, in this process or
+// another, fails with an error wrapping ErrLocked until Close; the error
+// names the holding process (from /proc/locks) when it can. A lock file is
+// never removed by wsfs: removing it races with a concurrent Lock that
+// already opened it. But an operator can remove it, after which a second
+// Lock of the name locks a new file and succeeds: what must stay
+// exclusive while in use locks a directory that cannot be removed while it
+// holds files (see LockAll).
 func (osFS) Lock(name string) (io.Closer, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.EISDIR) {
+		f, err = os.OpenFile(name, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
@@ -157,13 +169,65 @@ func (osFS) Lock(name string) (io.Closer, error) {
 		}
 	}
 	if err != nil {
+		holder := lockHolder(f)
 		f.Close()
 		if err == unix.EWOULDBLOCK {
-			return nil, fmt.Errorf("lock %s: %w (another wsfs process, or this one, is using it; stop it first)", name, ErrLocked)
+			if holder == "" {
+				holder = "another wsfs process, or this one"
+			}
+			return nil, fmt.Errorf("lock %s: %w (held by %s; stop it first)", name, ErrLocked, holder)
 		}
 		return nil, fmt.Errorf("lock %s: flock: %w", name, err)
 	}
 	return f, nil
+}
+
+// lockHolder describes the process holding a flock on f's inode, from
+// /proc/locks ("pid 1234 (wsfs mount ws-1)"), or "" if it cannot tell (no
+// /proc, a holder in another PID namespace).
+func lockHolder(f *os.File) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return ""
+	}
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return ""
+	}
+	pid := flockHolderPID(string(data), uint32(unix.Major(st.Dev)), uint32(unix.Minor(st.Dev)), st.Ino)
+	if pid <= 0 {
+		return ""
+	}
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args := strings.Fields(strings.ReplaceAll(string(cmd), "\x00", " "))
+	if len(args) == 0 {
+		return fmt.Sprintf("pid %d", pid)
+	}
+	args[0] = filepath.Base(args[0])
+	if len(args) > 4 {
+		args = append(args[:4], "...")
+	}
+	return fmt.Sprintf("pid %d (%s)", pid, strings.Join(args, " "))
+}
+
+// flockHolderPID finds the FLOCK line of /proc/locks for the inode
+// major:minor:ino ("1: FLOCK  ADVISORY  WRITE 1234 00:1f:5678 0 EOF",
+// device numbers in hex) and returns its pid, or 0. Lines of waiters
+// ("1: -> FLOCK ...") are skipped.
+func flockHolderPID(locks string, major, minor uint32, ino uint64) int {
+	want := fmt.Sprintf("%02x:%02x:%d", major, minor, ino)
+	for _, line := range strings.Split(locks, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[1] != "FLOCK" || fields[5] != want {
+			continue
+		}
+		pid, err := strconv.Atoi(fields[4])
+		if err != nil {
+			continue
+		}
+		return pid
+	}
+	return 0
 }
 
 // SyncFS calls syncfs(2) on the file system that holds name.

@@ -15,7 +15,8 @@ import (
 const TempPrefix = ".tmp-"
 
 // Publish writes the file final atomically: it creates a unique temp
-// <dir of final>/.tmp-<random> with CreateExcl, calls write(f), and then
+// <dir of final>/.tmp-<random> with CreateExcl (mode 0600: what wsfs
+// publishes is private to its user), calls write(f), and then
 //
 //   - if sync: SyncData the temp (its data and size become durable),
 //   - closes it,
@@ -40,7 +41,7 @@ func Publish(fsys FS, final string, sync bool, write func(f File) error) error {
 		}
 		tmp = filepath.Join(dir, TempPrefix+hex.EncodeToString(b[:]))
 		var err error
-		f, err = fsys.CreateExcl(tmp, 0o644)
+		f, err = fsys.CreateExcl(tmp, 0o600)
 		if err == nil {
 			break
 		}

@@ -92,8 +92,10 @@ type FS interface {
 	// Chtimes sets access and modification times (used to protect pool
 	// objects from garbage collection).
 	Chtimes(name string, atime, mtime time.Time) error
-	// Lock takes an exclusive advisory lock on name (created if missing),
-	// failing at once if another process or another Lock call holds it.
+	// Lock takes an exclusive advisory lock on name (a file created if
+	// missing, or an existing directory itself), failing at once with an
+	// error wrapping ErrLocked if another process or another Lock call
+	// holds it.
 	Lock(name string) (io.Closer, error)
 	// SyncFS flushes the whole file system that holds name (syncfs(2)). Only
 	// the legacy drain uses it; nothing in the default path may.

@@ -310,18 +310,20 @@ func Open(opts Options) (*Workspace, error) {
 		opts.Logger = slog.Default()
 	}
 	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock, shift: uint8(shift),
-		lg: opts.Logger.With("workspace", opts.Dir)}
+		lg: opts.Logger.With("dir", opts.Dir)}
 	w.ckpt.done = make(chan ckptResult, 1)
 	if err := mkdirDurable(w.fs, opts.Dir); err != nil {
 		return nil, fmt.Errorf("workspace: create %s: %w", opts.Dir, err)
 	}
+	// The directory is the lock that counts (a lock file can be deleted
+	// under a live daemon; see vfs.LockAll).
 	lockPath := filepath.Join(opts.Dir, "lock")
-	lk, err := w.fs.Lock(lockPath)
+	lk, err := vfs.LockAll(w.fs, opts.Dir, lockPath)
 	if err != nil {
 		if errors.Is(err, vfs.ErrLocked) {
-			return nil, fmt.Errorf("workspace %s is served by another wsfs daemon (its lock %s is held); stop that daemon first: %w", opts.Dir, lockPath, err)
+			return nil, fmt.Errorf("workspace %s is served by another wsfs daemon; stop that daemon first: %w", opts.Dir, err)
 		}
-		return nil, fmt.Errorf("workspace: lock %s: %w", lockPath, err)
+		return nil, fmt.Errorf("workspace: lock %s: %w", opts.Dir, err)
 	}
 	w.lock = lk
 	ok := false
@@ -432,7 +434,7 @@ func mkdirDurable(fsys vfs.FS, dir string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	if err := fsys.MkdirAll(dir, 0o700); err != nil { // private: it holds file contents
 		return err
 	}
 	for _, d := range missing {

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"wsfs/internal/agentstate"
+	"wsfs/internal/host"
+)
+
+// TestExitCodes pins the exit code and the gist of the message of each
+// refusal of the daemon and the sidecar (README: exit codes), each
+// reproduced with real processes where one is needed.
+func TestExitCodes(t *testing.T) {
+	needRoot(t)
+	skipWithoutFUSE(t)
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T) (int, string)
+		code int
+		want []string
+	}{
+		{"mount point inside the pool", func(t *testing.T) (int, string) {
+			home := newHost(t)
+			return runProc(t, nil, "mount", "--home", home, "ws", filepath.Join(home, "pool", "tmp"))
+		}, exitPrecondition, []string{"is inside the host directory", "pool"}},
+		{"mount point is a symlink into the state", func(t *testing.T) (int, string) {
+			home := newHost(t)
+			target := filepath.Join(home, "state", "workspaces", "empty")
+			if err := os.Mkdir(target, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(t.TempDir(), "link")
+			if err := os.Symlink(target, link); err != nil {
+				t.Fatal(err)
+			}
+			return runProc(t, nil, "mount", "--home", home, "ws", link)
+		}, exitPrecondition, []string{"is inside the host directory", "state"}},
+		{"mount point contains the pool", func(t *testing.T) (int, string) {
+			home := newHost(t)
+			outer := filepath.Join(t.TempDir(), "outer")
+			cfg, _ := json.Marshal(host.Config{StateDir: "state", PoolDir: filepath.Join(outer, "pool"), MountDir: "mnt"})
+			if err := os.WriteFile(filepath.Join(home, host.ConfigFile), cfg, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := host.Init(home); err != nil {
+				t.Fatal(err)
+			}
+			return runProc(t, nil, "mount", "--home", home, "ws", outer)
+		}, exitPrecondition, []string{"is inside the mount point"}},
+		{"second daemon", func(t *testing.T) (int, string) {
+			home := newHost(t)
+			startDaemon(t, home, "")
+			return runProc(t, nil, "mount", "--home", home, "ws", unmountedDir(t))
+		}, exitPrecondition, []string{"served by another wsfs daemon", "held by pid"}},
+		{"second daemon, lock file deleted", func(t *testing.T) (int, string) {
+			home := newHost(t)
+			startDaemon(t, home, "")
+			if err := os.Remove(filepath.Join(home, "state", "workspaces", "ws", "lock")); err != nil {
+				t.Fatal(err)
+			}
+			return runProc(t, nil, "mount", "--home", home, "ws", unmountedDir(t))
+		}, exitPrecondition, []string{"served by another wsfs daemon", "held by pid"}},
+		{"non-root mount", func(t *testing.T) (int, string) {
+			base := publicDir(t)
+			if err := os.Chown(base, int(nobody.Uid), int(nobody.Gid)); err != nil {
+				t.Fatal(err)
+			}
+			home := filepath.Join(base, "home")
+			for _, a := range [][]string{{"init", "--home", home}, {"create", "--home", home, "ws"}} {
+				if code, out := runProc(t, nobody, a...); code != 0 {
+					t.Fatalf("wsfs %s as uid 65534: %d %s", a[0], code, out)
+				}
+			}
+			t.Cleanup(func() { syscall.Unmount(filepath.Join(home, "mnt", "ws"), syscall.MNT_DETACH) })
+			return runProc(t, nobody, "mount", "--home", home, "ws")
+		}, exitPrecondition, []string{"as uid 65534 failed", "run the daemon as root"}},
+		{"second sidecar", func(t *testing.T) (int, string) {
+			home := newHost(t)
+			h, err := host.Open(home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := startSidecar(t, home, agentstate.PathsFor(h, "ws").Status)
+			code, out := runProc(t, nil, "sidecar", "--home", home, "ws")
+			if c, _ := first.stop(syscall.SIGTERM); c != 0 {
+				t.Errorf("first sidecar: exit %d: %s", c, first.out)
+			}
+			return code, out
+		}, exitPrecondition, []string{"another sidecar is already replicating"}},
+		{"SIGTERM with a file open", func(t *testing.T) (int, string) {
+			home := newHost(t)
+			d := startDaemon(t, home, "")
+			f, err := os.Create(filepath.Join(d.mp, "open"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			code, took := d.stop(syscall.SIGTERM)
+			if took > 5*time.Second {
+				t.Errorf("stop took %v", took)
+			}
+			return code, d.out.String()
+		}, exitOK, []string{"detaching lazily"}},
+		{"SIGTERM after a SIGKILLed daemon's remount", func(t *testing.T) (int, string) {
+			home := newHost(t)
+			d := startDaemon(t, home, "")
+			d.stop(syscall.SIGKILL)
+			d = startDaemon(t, home, "")
+			code, _ := d.stop(syscall.SIGTERM)
+			return code, d.out.String()
+		}, exitOK, []string{"detached the dead mount", "unmounted cleanly"}},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			code, out := c.run(t)
+			if code != c.code {
+				t.Errorf("exit %d, want %d: %s", code, c.code, out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q: %s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// startSidecar runs `wsfs sidecar --home home ws` and waits for its status
+// file.
+func startSidecar(t *testing.T, home, status string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, cmd: wsfsCmd(context.Background(), "sidecar", "--home", home, "ws"), out: &syncBuffer{}, done: make(chan struct{})}
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		d.cmd.Wait()
+		d.code = d.cmd.ProcessState.ExitCode()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+		default:
+			d.cmd.Process.Kill()
+			<-d.done
+		}
+	})
+	deadline := time.After(procReadyTimeout)
+	for {
+		if _, err := os.Stat(status); err == nil {
+			return d
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("sidecar exited early with %d: %s", d.code, d.out)
+		case <-deadline:
+			t.Fatalf("sidecar status not written within %v: %s", procReadyTimeout, d.out)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
