@@ -51,7 +51,7 @@ and /dev/fuse. Exit status 1 if a step failed, 3 if an arm could not run.`)
 	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
 		goroot = strings.TrimSpace(string(out))
 	}
-	tree := fs.String("tree", filepath.Join(goroot, "src"), "source tree to unpack (default: Go's own src, from go env GOROOT)")
+	tree := fs.String("tree", filepath.Join(goroot, "src"), "source tree to unpack: by default Go's own src, from go env GOROOT")
 	scale := fs.String("scale", "small", "how much of the tree: tiny (~300 files), small (~3,000), full (all); also sizes the Go module, small-file and SQLite steps")
 	arms := fs.String("arms", strings.Join(stress.ToolArms, ","), "comma-separated arms: "+strings.Join(stress.ToolArms, ", "))
 	readers := fs.Int("sqlite-readers", 2, "concurrent SQLite reader connections")
