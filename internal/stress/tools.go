@@ -220,7 +220,8 @@ func RunTools(ctx context.Context, opts ToolsOptions) (*ToolsResults, error) {
 		FuseCounters: map[string]string{
 			ArmWsfs: "the daemon's wsfs_fuse_ops_total (--metrics), counted in its FUSE adapter; requests go-fuse answers " +
 				"before the adapter are not counted (the GETXATTR security.capability the kernel sends per write(2), INIT, INTERRUPT)",
-			ArmLoopback: "wsfs loopback --metrics: the same collectors around go-fuse's raw file system",
+			ArmLoopback: "wsfs loopback --metrics: the same collectors around go-fuse's raw file system; as root, go-fuse's " +
+				"loopback files use FUSE passthrough, so their READs and WRITEs are served by the kernel and never counted",
 		},
 	}
 	if !t.cold {
