@@ -35,7 +35,8 @@ func init() {
 //
 // Mark: for every workspace of every host of the pool, the objects its
 // durable state references (newest checkpoint plus the committed groups
-// after it; markDurable), read without the daemon's lock.
+// after it; markDurable), read without the daemon's lock, and those of
+// its snapshots (markAll says in which order, and why).
 //
 // Sweep (pool.Collect): objects not marked whose mtime is older than
 // markStart-grace, where markStart is taken before the first state is
@@ -115,36 +116,41 @@ too.`)
 	}
 
 	// Which workspaces: every host of the pool, each checked.
-	type ws struct{ host, name, dir string }
-	var all []ws
-	for _, ph := range hosts {
-		other, ok, err := host.ReadIdentity(ph.StateDir)
-		if err != nil {
-			return identityError(err)
+	listAll := func() ([]gcWorkspace, error) {
+		var all []gcWorkspace
+		for _, ph := range hosts {
+			other, ok, err := host.ReadIdentity(ph.StateDir)
+			if err != nil {
+				return nil, identityError(err)
+			}
+			if !ok || other.HostID != ph.ID || other.PoolID != id.PoolID {
+				return nil, preconditionError{fmt.Errorf("pool %s is used by host %s with state directory %s, whose %s marker is %s: "+
+					"gc cannot know that host's workspaces. Is its filesystem mounted? (`wsfs layout status` on that host)",
+					h.PoolDir(), ph.ID, ph.StateDir, host.IDFile, describeMarker(other, ok, ph.ID, id.PoolID))}
+			}
+			present, unregistered, err := host.CheckRegistry(ph, h.PoolDir(), true)
+			if err != nil {
+				return nil, identityError(err)
+			}
+			for _, n := range unregistered {
+				lg.Warn("gc: workspace directory was not in the pool's registry; registered it and marking it", "host", ph.ID, "workspace", n)
+			}
+			for _, n := range present {
+				all = append(all, gcWorkspace{name: n, dir: filepath.Join(ph.StateDir, "workspaces", n)})
+			}
 		}
-		if !ok || other.HostID != ph.ID || other.PoolID != id.PoolID {
-			return preconditionError{fmt.Errorf("pool %s is used by host %s with state directory %s, whose %s marker is %s: "+
-				"gc cannot know that host's workspaces. Is its filesystem mounted? (`wsfs layout status` on that host)",
-				h.PoolDir(), ph.ID, ph.StateDir, host.IDFile, describeMarker(other, ok, ph.ID, id.PoolID))}
-		}
-		present, unregistered, err := host.CheckRegistry(ph, h.PoolDir(), true)
-		if err != nil {
-			return identityError(err)
-		}
-		for _, n := range unregistered {
-			lg.Warn("gc: workspace directory was not in the pool's registry; registered it and marking it", "host", ph.ID, "workspace", n)
-		}
-		for _, n := range present {
-			all = append(all, ws{host: ph.ID, name: n, dir: filepath.Join(ph.StateDir, "workspaces", n)})
-		}
+		return all, nil
+	}
+	all, err := listAll()
+	if err != nil {
+		return err
 	}
 
 	markStart := time.Now()
 	referenced := make(map[pool.ID]struct{})
-	for _, w := range all {
-		if err := markDurable(vfs.Default, w.dir, func(id pool.ID) { referenced[id] = struct{}{} }); err != nil {
-			return classifyOpenError(w.name, err)
-		}
+	n, err := markAll(vfs.Default, p, all, listAll, func(id pool.ID) { referenced[id] = struct{}{} })
+	if err != nil {
+		return err
 	}
 	st, err := p.Collect(func(id pool.ID) bool { _, ok := referenced[id]; return ok },
 		pool.GCOptions{Grace: *grace, MarkStart: markStart})
@@ -155,7 +161,7 @@ too.`)
 		return err
 	}
 	fmt.Fprintf(g.stdout, "wsfs gc: %d workspaces (%d hosts) reference %d objects; scanned %d, removed %d and %d stale temps: reclaimed %s (%d bytes)",
-		len(all), len(hosts), len(referenced), st.Scanned, st.Removed, st.TempsRemoved, humanBytes(st.Bytes+st.TempBytes), st.Bytes+st.TempBytes)
+		n, len(hosts), len(referenced), st.Scanned, st.Removed, st.TempsRemoved, humanBytes(st.Bytes+st.TempBytes), st.Bytes+st.TempBytes)
 	if st.Kept > 0 || st.Restored > 0 {
 		fmt.Fprintf(g.stdout, "; %d protected during the pass and kept, %d put back from an interrupted pass", st.Kept, st.Restored)
 	}

@@ -8,11 +8,78 @@ import (
 	"path/filepath"
 	"time"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
+	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
 )
+
+// gcWorkspace is a workspace gc marks: its name and state directory.
+type gcWorkspace struct{ name, dir string }
+
+// markAll marks (calls add for) every object that the durable state of
+// the workspaces in first, or of any of their snapshots, references, and
+// then the same for every workspace that relist finds and first lacked. It
+// returns how many workspaces it marked.
+//
+// The order closes the race with forks and restores, which make new
+// references to old objects (a snapshot's, with no mtime bump: a fork's
+// cost must not grow with its tree): (1) the durable states of first, (2)
+// the snapshot catalogs of first, (3) relist, and the durable states and
+// catalogs of the workspaces new since first. A fork or restore made from
+// a snapshot that existed when its catalog was read in (2) is covered by
+// that snapshot. One made from a snapshot removed before (2) was made
+// before (2), so its workspace is in first or in the relist (3), whose
+// durable state (a checkpoint naming the snapshot's manifest root) is
+// read. One made from a snapshot created after marking started references
+// what that snapshot took from a workspace's durable tree: objects marked
+// in (1), or put or protected after marking started (kept by the grace).
+func markAll(fsys vfs.FS, p *pool.Pool, first []gcWorkspace, relist func() ([]gcWorkspace, error), add func(pool.ID)) (int, error) {
+	done := make(map[string]bool, len(first))
+	markStates := func(ws []gcWorkspace) error {
+		for _, w := range ws {
+			if err := markDurable(fsys, p, w.dir, add); err != nil {
+				return classifyOpenError(w.name, err)
+			}
+		}
+		return nil
+	}
+	markSnapshots := func(ws []gcWorkspace) error {
+		for _, w := range ws {
+			if err := snapshot.ForEachObject(fsys, w.dir, p, add); err != nil {
+				return fmt.Errorf("workspace %s: snapshots: %w (gc stops before removing anything; `wsfs fsck %s` checks them)", w.name, err, w.name)
+			}
+			done[w.dir] = true
+		}
+		return nil
+	}
+	if err := markStates(first); err != nil {
+		return 0, err
+	}
+	if err := markSnapshots(first); err != nil {
+		return 0, err
+	}
+	again, err := relist()
+	if err != nil {
+		return 0, err
+	}
+	var added []gcWorkspace
+	for _, w := range again {
+		if !done[w.dir] {
+			added = append(added, w)
+		}
+	}
+	if err := markStates(added); err != nil {
+		return 0, err
+	}
+	if err := markSnapshots(added); err != nil {
+		return 0, err
+	}
+	return len(done), nil
+}
 
 // markRetries bounds how often markDurable starts over after the log
 // changed under it (a checkpoint and segment deletion, a segment being
@@ -37,11 +104,11 @@ const (
 // seglog.ReadCommitted hands out every group complete before it listed the
 // log. Later groups may be missed; their objects were put or protected
 // within a commit window and are kept by the grace period (see gc.go).
-func markDurable(fsys vfs.FS, dir string, add func(pool.ID)) error {
+func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(pool.ID)) error {
 	delay := markRetryDelay
 	var last error
 	for range markRetries {
-		err := markOnce(fsys, dir, add)
+		err := markOnce(fsys, p, dir, add)
 		if err == nil {
 			return nil
 		}
@@ -56,14 +123,25 @@ func markDurable(fsys vfs.FS, dir string, add func(pool.ID)) error {
 		dir, markRetries, last)
 }
 
-func markOnce(fsys vfs.FS, dir string, add func(pool.ID)) error {
+func markOnce(fsys vfs.FS, p *pool.Pool, dir string, add func(pool.ID)) error {
 	ckGroup, payload, err := seglog.ReadLatestCheckpoint(fsys, filepath.Join(dir, "checkpoint"))
 	if err != nil {
 		return fmt.Errorf("workspace %s: read checkpoint: %w", dir, err)
 	}
 	var tree *namespace.Tree
 	if payload != nil {
-		if tree, err = namespace.DecodeCheckpoint(payload); err != nil {
+		// A fork's or restore's first checkpoint names a snapshot's
+		// manifest root: its manifests are referenced too.
+		if manifest.IsRef(payload) {
+			root, _, err := manifest.DecodeRef(payload)
+			if err != nil {
+				return fmt.Errorf("workspace %s: checkpoint of group %d: %w", dir, ckGroup, err)
+			}
+			if err := manifest.ForEachObject(&manifest.PoolStore{Pool: p}, root, nil, add); err != nil {
+				return fmt.Errorf("workspace %s: manifests of checkpoint %d: %w", dir, ckGroup, err)
+			}
+		}
+		if tree, err = workspace.DecodeCheckpointPayload(p, payload); err != nil {
 			return fmt.Errorf("workspace %s: checkpoint of group %d: %w", dir, ckGroup, err)
 		}
 	} else {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -186,6 +187,12 @@ first); fsync returns once everything before it is durable.`)
 		defer ms.Close()
 		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
 	}
+	// `wsfs snapshot create` reaches this daemon through it (snapctl.go).
+	stopControl, err := startSnapshotControl(ws, h.WorkspaceDir(name), p, lg)
+	if err != nil {
+		return errors.Join(err, srv.Unmount(), closeWS())
+	}
+	defer stopControl()
 	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), supervisor.DaemonStatusName), ws, lg)
 	defer stopStatus()
 	stopWatch := watchWorkspaceDir(h.WorkspaceDir(name), time.Second, lg)
@@ -244,6 +251,16 @@ func checkMountPoint(h *host.Host, mp string) error {
 	return nil
 }
 
+// reworded is err with a different text (the fsck advice naming the
+// workspace); errors.As still finds what err wraps.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (e *reworded) Error() string { return e.msg }
+func (e *reworded) Unwrap() error { return e.err }
+
 // classifyOpenError maps workspace.Open failures to exit codes.
 func classifyOpenError(name string, err error) error {
 	var ce *seglog.CorruptError
@@ -254,7 +271,14 @@ func classifyOpenError(name string, err error) error {
 	case errors.Is(err, vfs.ErrLocked):
 		return preconditionError{err} // the engine's message names the lock and says what to do
 	case errors.As(err, &ce):
-		return corruptError{fmt.Errorf("workspace %s: %w", name, err)}
+		// The seglog message says what is damaged and that fsck repairs
+		// it; name the exact commands for this workspace.
+		msg := strings.ReplaceAll(err.Error(), "wsfs fsck NAME", "wsfs fsck "+name)
+		msg = strings.ReplaceAll(msg, "wsfs fsck --repair NAME", "wsfs fsck --repair "+name)
+		if !strings.Contains(msg, "wsfs fsck --repair "+name) {
+			msg += fmt.Sprintf(". Run `wsfs fsck %s` to see what is affected and `wsfs fsck --repair %s` to repair what can be repaired without losing more", name, name)
+		}
+		return corruptError{&reworded{msg: "workspace " + name + ": " + msg, err: err}}
 	}
 	return fmt.Errorf("open workspace %s: %w", name, err)
 }

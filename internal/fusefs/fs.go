@@ -155,21 +155,20 @@ func (r *rawFS) creator(parent workspace.Ino, h *fuse.InHeader) (workspace.Calle
 	return c, true
 }
 
-// splitNs converts unix nanoseconds to the (seconds, nanoseconds) pair of
-// the wire format; times before 1970 have negative seconds, which the
-// kernel reads back as a signed value.
-func splitNs(ns int64) (uint64, uint32) {
-	t := time.Unix(0, ns)
-	return uint64(t.Unix()), uint32(t.Nanosecond())
+// wireTime converts a timestamp to the (seconds, nanoseconds) pair of the
+// wire format; times before 1970 have negative seconds, which the kernel
+// reads back as a signed value (time64_t). Every timestamp fits.
+func wireTime(t workspace.Timestamp) (uint64, uint32) {
+	return uint64(t.Sec), t.Nsec
 }
 
 func fillAttr(a *workspace.Attr, out *fuse.Attr) {
 	out.Ino = uint64(a.Ino)
 	out.Size = a.Size
 	out.Blocks = a.Blocks
-	out.Atime, out.Atimensec = splitNs(a.Atime)
-	out.Mtime, out.Mtimensec = splitNs(a.Mtime)
-	out.Ctime, out.Ctimensec = splitNs(a.Ctime)
+	out.Atime, out.Atimensec = wireTime(a.Atime)
+	out.Mtime, out.Mtimensec = wireTime(a.Mtime)
+	out.Ctime, out.Ctimensec = wireTime(a.Ctime)
 	out.Mode = a.Mode
 	out.Nlink = a.Nlink
 	out.Uid = a.Uid
@@ -250,18 +249,19 @@ func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.At
 		sz := in.Size
 		s.Size = &sz
 	}
-	now := time.Now().UnixNano()
+	// The kernel passes a time as time64_t seconds and nanoseconds; every
+	// such time is stored as it is (workspace.Timestamp), so nothing is
+	// wrapped; the engine refuses nanoseconds of a second or more (EINVAL).
+	now := workspace.TimestampOf(time.Now())
 	if v&fuse.FATTR_ATIME_NOW != 0 {
 		s.Atime = &now
 	} else if v&fuse.FATTR_ATIME != 0 {
-		t := time.Unix(int64(in.Atime), int64(in.Atimensec)).UnixNano()
-		s.Atime = &t
+		s.Atime = &workspace.Timestamp{Sec: int64(in.Atime), Nsec: in.Atimensec}
 	}
 	if v&fuse.FATTR_MTIME_NOW != 0 {
 		s.Mtime = &now
 	} else if v&fuse.FATTR_MTIME != 0 {
-		t := time.Unix(int64(in.Mtime), int64(in.Mtimensec)).UnixNano()
-		s.Mtime = &t
+		s.Mtime = &workspace.Timestamp{Sec: int64(in.Mtime), Nsec: in.Mtimensec}
 	}
 	a, err := r.ws.SetAttr(workspace.Ino(in.NodeId), s)
 	if err != nil {

@@ -64,7 +64,7 @@ type inodeIO struct {
 
 type cacheStamp struct {
 	size  uint64
-	mtime int64
+	mtime workspace.Timestamp
 }
 
 // passthroughReleaseWait bounds how long an open that conflicts with

@@ -8,8 +8,8 @@ import (
 	"sort"
 )
 
-// Checkpoint format (frozen, version 1; integers are uvarints, times zigzag
-// varints, str/bytes a uvarint length then the bytes):
+// Checkpoint format (frozen, versions 1 and 2; integers are uvarints,
+// str/bytes a uvarint length then the bytes):
 //
 //	checkpoint = magic:"WSFSNS\x00\x01" version nextIno count inode*count crc32c:u32le
 //	inode      = ino mode nlink uid gid rdev size atime mtime ctime
@@ -17,12 +17,17 @@ import (
 //	             target:str nxattr (name:str value:bytes)*nxattr
 //	             nentries (name:str ino)*nentries
 //
+// A time is, in version 1, int64 unix nanoseconds as a zigzag varint
+// (1677 to 2262 only); in version 2, seconds as a zigzag varint then
+// nanoseconds (below 1e9) as a uvarint, which holds every time the kernel
+// passes. EncodeCheckpoint writes version 2; DecodeCheckpoint reads both.
+//
 // Inodes appear in increasing number; entries and xattrs in name order, so
 // equal trees encode to equal bytes. The CRC (Castagnoli) covers everything
 // before it. Orphans are never written (nlink 0 inodes are skipped).
 const (
 	checkpointMagic   = "WSFSNS\x00\x01"
-	checkpointVersion = 1
+	checkpointVersion = 2
 	contentNone       = 2
 )
 
@@ -46,7 +51,10 @@ func (t *Tree) EncodeCheckpoint() []byte {
 	b := []byte(checkpointMagic)
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	s := func(v []byte) { u(uint64(len(v))); b = append(b, v...) }
-	tm := func(v int64) { b = binary.AppendVarint(b, v) }
+	tm := func(v Timestamp) {
+		b = binary.AppendVarint(b, v.Sec)
+		b = binary.AppendUvarint(b, uint64(v.Nsec))
+	}
 	u(checkpointVersion)
 	u(uint64(next))
 	u(uint64(len(inos)))
@@ -108,8 +116,15 @@ func DecodeCheckpoint(data []byte) (*Tree, error) {
 		return fail("checksum mismatch (crc32c %08x, stored %08x)", got, want)
 	}
 	d := &decoder{b: body[len(checkpointMagic):]}
-	if v := d.uvarint("version"); d.err == nil && v != checkpointVersion {
-		return fail("version %d, this wsfs reads version %d", v, checkpointVersion)
+	version := d.uvarint("version")
+	if d.err == nil && version != 1 && version != checkpointVersion {
+		return fail("version %d, this wsfs reads versions 1 and %d (written by a newer wsfs?)", version, checkpointVersion)
+	}
+	tm := func(what string) Timestamp {
+		if version == 1 {
+			return FromNs(d.varint(what))
+		}
+		return d.wide(what)
 	}
 	next := d.ino("next ino")
 	count := d.uvarint("inode count")
@@ -130,9 +145,9 @@ func DecodeCheckpoint(data []byte) (*Tree, error) {
 		n.Gid = d.u32("gid")
 		n.Rdev = d.u32("rdev")
 		n.Size = d.uvarint("size")
-		n.Atime = d.varint("atime")
-		n.Mtime = d.varint("mtime")
-		n.Ctime = d.varint("ctime")
+		n.Atime = tm("atime")
+		n.Mtime = tm("mtime")
+		n.Ctime = tm("ctime")
 		if k := d.byte1("content kind"); k != contentNone {
 			var ok bool
 			if n.Content, ok = d.contentOfKind(k, n.Size); !ok {

@@ -23,6 +23,15 @@ const (
 	OpSetContent  Op = 9  // new file content (inline bytes or a pool object)
 	OpSetXattr    Op = 10 // set an extended attribute
 	OpRemoveXattr Op = 11 // remove an extended attribute
+
+	// opSetContentWide is the wire op of a SetContent record whose mtime
+	// does not fit int64 nanoseconds (Timestamp.FitsNs): its mtime is
+	// written as seconds and nanoseconds. It exists only on the wire:
+	// DecodeRecord returns such a record as OpSetContent, and Encode picks
+	// it exactly when it is needed, so a build from before it refuses such
+	// a record ("unknown op 12") instead of misreading it, and every other
+	// record keeps its version 1 bytes.
+	opSetContentWide Op = 12
 )
 
 var opNames = [...]string{
@@ -46,6 +55,15 @@ const (
 	AttrAtime uint32 = 1 << 3
 	AttrMtime uint32 = 1 << 4
 	attrAll          = AttrMode | AttrUid | AttrGid | AttrAtime | AttrMtime
+
+	// attrWideTimes is a wire-only mask bit: the record's atime and mtime
+	// are written as seconds (zigzag) and nanoseconds (uvarint) instead of
+	// int64 nanoseconds. Encode sets it exactly when a present time does
+	// not fit int64 nanoseconds, and DecodeRecord clears it (Record.Mask
+	// never holds it) and refuses it when every present time would fit,
+	// so each record has one encoding. Builds from before it refuse the
+	// record ("unknown setattr mask bits") instead of misreading it.
+	attrWideTimes uint32 = 1 << 5
 )
 
 // Rename flags, equal to Linux RENAME_NOREPLACE and RENAME_EXCHANGE.
@@ -65,7 +83,8 @@ const (
 // Record is one namespace change. Which fields are meaningful depends on Op;
 // the wire format below lists them. Time is the wall clock (unix ns) of the
 // change: it becomes the ctime (and mtime where POSIX says so) of every inode
-// the change touches, so replay reproduces timestamps exactly.
+// the change touches, so replay reproduces timestamps exactly. Atime and
+// Mtime are times a caller set (utimensat) or carried over, of any range.
 //
 // Wire format (frozen; all integers are unsigned varints unless noted, times
 // are signed zigzag varints, str/bytes are a uvarint length then the bytes):
@@ -79,8 +98,11 @@ const (
 //	Rmdir       = parent name:str ino time
 //	Rename      = parent name:str newparent newname:str flags ino replaced time
 //	SetAttr     = ino mask [mode] [uid] [gid] [atime] [mtime] time
-//	SetContent  = ino size mtime time content (content.go: kind 0 inline,
-//	              1 one object, 3 chunked)
+//	              atime, mtime: ns, or with mask bit 5 (wide times)
+//	              sec:zigzag nsec:uvarint
+//	SetContent  = ino size mtime:ns time content (content.go: kind 0
+//	              inline, 1 one object, 3 chunked)
+//	op 12       = SetContent with mtime as sec:zigzag nsec:uvarint
 //	SetXattr    = ino name:str value:bytes time
 //	RemoveXattr = ino name:str time
 //
@@ -101,9 +123,9 @@ type Record struct {
 	Uid, Gid  uint32
 	Rdev      uint32
 	Mask      uint32 // SetAttr: which of Mode/Uid/Gid/Atime/Mtime are set
-	Atime     int64
-	Mtime     int64
-	Time      int64
+	Atime     Timestamp
+	Mtime     Timestamp
+	Time      int64 // unix ns
 	Size      uint64
 	Target    string
 	Content   Content // SetContent
@@ -116,6 +138,7 @@ func (r *Record) Encode(buf []byte) []byte {
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	s := func(v string) { u(uint64(len(v))); b = append(b, v...) }
 	t := func(v int64) { b = binary.AppendVarint(b, v) }
+	wide := func(v Timestamp) { t(v.Sec); u(uint64(v.Nsec)) }
 	switch r.Op {
 	case OpCreate:
 		u(uint64(r.Ino))
@@ -162,8 +185,19 @@ func (r *Record) Encode(buf []byte) []byte {
 		u(uint64(r.Replaced))
 		t(r.Time)
 	case OpSetAttr:
+		mask := r.Mask &^ attrWideTimes
+		if r.Mask&AttrAtime != 0 && !r.Atime.FitsNs() || r.Mask&AttrMtime != 0 && !r.Mtime.FitsNs() {
+			mask |= attrWideTimes
+		}
+		tm := func(v Timestamp) {
+			if mask&attrWideTimes != 0 {
+				wide(v)
+			} else {
+				t(v.Ns())
+			}
+		}
 		u(uint64(r.Ino))
-		u(uint64(r.Mask))
+		u(uint64(mask))
 		if r.Mask&AttrMode != 0 {
 			u(uint64(r.Mode))
 		}
@@ -174,16 +208,23 @@ func (r *Record) Encode(buf []byte) []byte {
 			u(uint64(r.Gid))
 		}
 		if r.Mask&AttrAtime != 0 {
-			t(r.Atime)
+			tm(r.Atime)
 		}
 		if r.Mask&AttrMtime != 0 {
-			t(r.Mtime)
+			tm(r.Mtime)
 		}
 		t(r.Time)
 	case OpSetContent:
+		if !r.Mtime.FitsNs() {
+			b[len(b)-1] = byte(opSetContentWide)
+		}
 		u(uint64(r.Ino))
 		u(r.Size)
-		t(r.Mtime)
+		if r.Mtime.FitsNs() {
+			t(r.Mtime.Ns())
+		} else {
+			wide(r.Mtime)
+		}
 		t(r.Time)
 		b = appendContent(b, &r.Content)
 	case OpSetXattr:
@@ -252,6 +293,17 @@ func (d *decoder) varint(what string) int64 {
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// wide reads a seconds+nanoseconds time; the nanoseconds must be within a
+// second.
+func (d *decoder) wide(what string) Timestamp {
+	sec := d.varint(what + " seconds")
+	nsec := d.uvarint(what + " nanoseconds")
+	if d.err == nil && nsec >= 1e9 {
+		d.fail(fmt.Sprintf("%s has %d nanoseconds", what, nsec))
+	}
+	return Timestamp{Sec: sec, Nsec: uint32(nsec)}
 }
 
 // bytes returns a subslice of the input (no copy): inline contents decoded
@@ -359,8 +411,16 @@ func DecodeRecord(data []byte) (*Record, error) {
 	case OpSetAttr:
 		r.Ino = d.ino("ino")
 		r.Mask = d.u32("mask")
+		wideTimes := r.Mask&attrWideTimes != 0
+		r.Mask &^= attrWideTimes
 		if r.Mask&^attrAll != 0 {
 			d.fail(fmt.Sprintf("unknown setattr mask bits %#x", r.Mask&^attrAll))
+		}
+		tm := func(what string) Timestamp {
+			if wideTimes {
+				return d.wide(what)
+			}
+			return FromNs(d.varint(what))
 		}
 		if r.Mask&AttrMode != 0 {
 			r.Mode = d.u32("mode")
@@ -372,16 +432,27 @@ func DecodeRecord(data []byte) (*Record, error) {
 			r.Gid = d.u32("gid")
 		}
 		if r.Mask&AttrAtime != 0 {
-			r.Atime = d.varint("atime")
+			r.Atime = tm("atime")
 		}
 		if r.Mask&AttrMtime != 0 {
-			r.Mtime = d.varint("mtime")
+			r.Mtime = tm("mtime")
 		}
 		r.Time = d.varint("time")
-	case OpSetContent:
+		if wideTimes && d.err == nil && (r.Mask&AttrAtime == 0 || r.Atime.FitsNs()) && (r.Mask&AttrMtime == 0 || r.Mtime.FitsNs()) {
+			d.fail("wide times where every time fits nanoseconds (not the canonical encoding)")
+		}
+	case OpSetContent, opSetContentWide:
 		r.Ino = d.ino("ino")
 		r.Size = d.uvarint("size")
-		r.Mtime = d.varint("mtime")
+		if r.Op == opSetContentWide {
+			r.Mtime = d.wide("mtime")
+			if d.err == nil && r.Mtime.FitsNs() {
+				d.fail("wide mtime that fits nanoseconds (not the canonical encoding)")
+			}
+			r.Op = OpSetContent
+		} else {
+			r.Mtime = FromNs(d.varint("mtime"))
+		}
 		r.Time = d.varint("time")
 		k := d.byte1("content kind")
 		var ok bool

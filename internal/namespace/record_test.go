@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,9 +25,9 @@ func sampleRecords() []*Record {
 		{Op: OpMkdir, Ino: 4, Parent: 1, Name: "dir", Mode: S_IFDIR | 0o755, Uid: 1, Gid: 2, Time: 1700000000000000002},
 		{Op: OpSymlink, Ino: 5, Parent: 4, Name: "sl", Uid: 1, Gid: 2, Target: "../file", Time: 1700000000000000003},
 		{Op: OpLink, Ino: 2, Parent: 4, Name: "hard", Time: 1700000000000000004},
-		{Op: OpSetContent, Ino: 2, Size: 5, Mtime: 1700000000000000005, Time: 1700000000000000006, Content: Content{Inline: []byte("hello")}},
-		{Op: OpSetContent, Ino: 2, Size: 1 << 33, Mtime: -1, Time: 1700000000000000007, Content: Content{IsObject: true, Object: id}},
-		{Op: OpSetAttr, Ino: 2, Mask: AttrMode | AttrUid | AttrGid | AttrAtime | AttrMtime, Mode: 0o600, Uid: 7, Gid: 8, Atime: 11, Mtime: -12, Time: 13},
+		{Op: OpSetContent, Ino: 2, Size: 5, Mtime: FromNs(1700000000000000005), Time: 1700000000000000006, Content: Content{Inline: []byte("hello")}},
+		{Op: OpSetContent, Ino: 2, Size: 1 << 33, Mtime: FromNs(-1), Time: 1700000000000000007, Content: Content{IsObject: true, Object: id}},
+		{Op: OpSetAttr, Ino: 2, Mask: AttrMode | AttrUid | AttrGid | AttrAtime | AttrMtime, Mode: 0o600, Uid: 7, Gid: 8, Atime: FromNs(11), Mtime: FromNs(-12), Time: 13},
 		{Op: OpSetAttr, Ino: 4, Mask: AttrMode, Mode: 0o700, Time: 14},
 		{Op: OpSetXattr, Ino: 2, Name: "user.k", Value: []byte{0, 1, 2}, Time: 15},
 		{Op: OpRemoveXattr, Ino: 2, Name: "user.k", Time: 16},
@@ -35,7 +36,14 @@ func sampleRecords() []*Record {
 		{Op: OpUnlink, Parent: 4, Name: "hard", Ino: 2, Time: 19},
 		{Op: OpRmdir, Parent: 1, Name: "gone", Ino: 9, Time: 20},
 		// Added with chunked content; the lines above are unchanged.
-		{Op: OpSetContent, Ino: 2, Size: 5<<19 + 1, Mtime: 21, Time: 22, Content: Content{Chunks: []ObjectID{id, HoleChunk, {7: 7}}, ChunkShift: 20}},
+		{Op: OpSetContent, Ino: 2, Size: 5<<19 + 1, Mtime: FromNs(21), Time: 22, Content: Content{Chunks: []ObjectID{id, HoleChunk, {7: 7}}, ChunkShift: 20}},
+		// Added with wide times (outside int64 nanoseconds: 2300-01-01,
+		// the year 1500, and the int64 second extremes); the lines above
+		// are unchanged, so a time that fits is still written as before.
+		{Op: OpSetAttr, Ino: 2, Mask: AttrAtime | AttrMtime, Atime: Timestamp{Sec: 10413792000, Nsec: 5}, Mtime: FromNs(12), Time: 23},
+		{Op: OpSetAttr, Ino: 2, Mask: AttrMtime, Mtime: Timestamp{Sec: -14831769600, Nsec: 999999999}, Time: 24},
+		{Op: OpSetAttr, Ino: 2, Mask: AttrMode | AttrAtime, Mode: 0o644, Atime: Timestamp{Sec: math.MinInt64}, Time: 25},
+		{Op: OpSetContent, Ino: 2, Size: 1, Mtime: Timestamp{Sec: math.MaxInt64, Nsec: 1}, Time: 26, Content: Content{Inline: []byte("w")}},
 	}
 }
 
@@ -104,6 +112,9 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"chunk shift too small", (&Record{Op: OpSetContent, Ino: 2, Size: 4, Content: Content{Chunks: make([]ObjectID, 1), ChunkShift: 1}}).Encode(nil)},
 		{"chunk count beyond the data", []byte{byte(OpSetContent), 2, 0, 0, 0, contentChunked, 20, 0xff, 0xff, 0xff, 0x0f, 1, 2}},
 		{"size beyond the maximum", (&Record{Op: OpSetContent, Ino: 2, Size: MaxFileSize + 1, Content: Content{IsObject: true}}).Encode(nil)},
+		{"wide times that fit ns", []byte{byte(OpSetAttr), 2, byte(AttrMtime | attrWideTimes), 4, 0, 0}},
+		{"wide mtime that fits ns", []byte{byte(opSetContentWide), 2, 0, 4, 0, 0, contentInline, 0}},
+		{"wide time with a second of ns", []byte{byte(OpSetAttr), 2, byte(AttrMtime | attrWideTimes), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x80, 0x94, 0xeb, 0xdc, 0x03, 0}},
 		{"huge name", append([]byte{byte(OpCreate), 2, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, bytes.Repeat([]byte("a"), 10)...)},
 	} {
 		if _, err := DecodeRecord(tc.data); !errors.Is(err, ErrBadRecord) {

@@ -70,7 +70,7 @@ type Inode struct {
 	Nlink               uint32
 	Uid, Gid, Rdev      uint32
 	Size                uint64
-	Atime, Mtime, Ctime int64 // unix ns
+	Atime, Mtime, Ctime Timestamp
 	Content             Content
 	Target              string         // symlinks
 	Parent              Ino            // directories: the directory holding this one
@@ -109,7 +109,7 @@ func New(perm, uid, gid uint32, time int64) *Tree {
 	t.nextIno.Store(uint64(RootIno + 1))
 	t.insert(&Inode{
 		Ino: RootIno, Mode: S_IFDIR | perm&PermMask, Nlink: 2, Uid: uid, Gid: gid,
-		Atime: time, Mtime: time, Ctime: time, Parent: RootIno, Entries: map[string]Ino{},
+		Atime: FromNs(time), Mtime: FromNs(time), Ctime: FromNs(time), Parent: RootIno, Entries: map[string]Ino{},
 	})
 	return t
 }
@@ -226,7 +226,7 @@ func (t *Tree) Apply(r *Record) error {
 		if r.Ino <= RootIno || t.Get(r.Ino) != nil {
 			return bad(syscall.EEXIST, "inode %d already exists", r.Ino)
 		}
-		n := &Inode{Ino: r.Ino, Nlink: 1, Uid: r.Uid, Gid: r.Gid, Atime: r.Time, Mtime: r.Time, Ctime: r.Time}
+		n := &Inode{Ino: r.Ino, Nlink: 1, Uid: r.Uid, Gid: r.Gid, Atime: FromNs(r.Time), Mtime: FromNs(r.Time), Ctime: FromNs(r.Time)}
 		switch r.Op {
 		case OpCreate:
 			switch r.Mode & S_IFMT {
@@ -254,7 +254,7 @@ func (t *Tree) Apply(r *Record) error {
 		if n.IsDir() {
 			p.Nlink++
 		}
-		p.Mtime, p.Ctime = r.Time, r.Time
+		p.Mtime, p.Ctime = FromNs(r.Time), FromNs(r.Time)
 		return nil
 
 	case OpLink:
@@ -277,8 +277,8 @@ func (t *Tree) Apply(r *Record) error {
 		}
 		p.Entries[r.Name] = n.Ino
 		n.Nlink++
-		n.Ctime = r.Time
-		p.Mtime, p.Ctime = r.Time, r.Time
+		n.Ctime = FromNs(r.Time)
+		p.Mtime, p.Ctime = FromNs(r.Time), FromNs(r.Time)
 		return nil
 
 	case OpUnlink, OpRmdir:
@@ -308,7 +308,7 @@ func (t *Tree) Apply(r *Record) error {
 			return bad(syscall.EISDIR, "unlink of directory %d", ino)
 		}
 		delete(p.Entries, r.Name)
-		p.Mtime, p.Ctime = r.Time, r.Time
+		p.Mtime, p.Ctime = FromNs(r.Time), FromNs(r.Time)
 		t.unlinkInode(p, n, r.Time)
 		return nil
 
@@ -319,6 +319,9 @@ func (t *Tree) Apply(r *Record) error {
 		n := t.Get(r.Ino)
 		if n == nil {
 			return bad(syscall.ENOENT, "inode %d does not exist", r.Ino)
+		}
+		if r.Mask&AttrAtime != 0 && !r.Atime.Valid() || r.Mask&AttrMtime != 0 && !r.Mtime.Valid() {
+			return bad(syscall.EINVAL, "inode %d: time with %d/%d nanoseconds", r.Ino, r.Atime.Nsec, r.Mtime.Nsec)
 		}
 		if r.Mask&AttrMode != 0 {
 			n.Mode = n.Mode&S_IFMT | r.Mode&PermMask
@@ -335,7 +338,7 @@ func (t *Tree) Apply(r *Record) error {
 		if r.Mask&AttrMtime != 0 {
 			n.Mtime = r.Mtime
 		}
-		n.Ctime = r.Time
+		n.Ctime = FromNs(r.Time)
 		return nil
 
 	case OpSetContent:
@@ -346,13 +349,16 @@ func (t *Tree) Apply(r *Record) error {
 		if !n.IsReg() {
 			return bad(syscall.EINVAL, "content for non-regular inode %d", r.Ino)
 		}
+		if !r.Mtime.Valid() {
+			return bad(syscall.EINVAL, "inode %d: mtime with %d nanoseconds", r.Ino, r.Mtime.Nsec)
+		}
 		if err := r.Content.Validate(r.Size); err != nil {
 			return bad(syscall.EINVAL, "inode %d: %v", r.Ino, err)
 		}
 		n.Content = r.Content
 		n.Size = r.Size
 		n.Mtime = r.Mtime
-		n.Ctime = r.Time
+		n.Ctime = FromNs(r.Time)
 		return nil
 
 	case OpSetXattr, OpRemoveXattr:
@@ -374,7 +380,7 @@ func (t *Tree) Apply(r *Record) error {
 				n.Xattrs = nil
 			}
 		}
-		n.Ctime = r.Time
+		n.Ctime = FromNs(r.Time)
 		return nil
 	}
 	return bad(syscall.EINVAL, "unknown op")
@@ -388,7 +394,7 @@ func (t *Tree) unlinkInode(p, n *Inode, time int64) {
 	} else {
 		n.Nlink--
 	}
-	n.Ctime = time
+	n.Ctime = FromNs(time)
 	t.Release(n)
 }
 
@@ -474,8 +480,8 @@ func (t *Tree) applyRename(r *Record, dir func(Ino) (*Inode, error), validName f
 				op.Nlink++
 			}
 		}
-		src.Ctime, dst.Ctime = r.Time, r.Time
-		op.Mtime, op.Ctime, np.Mtime, np.Ctime = r.Time, r.Time, r.Time, r.Time
+		src.Ctime, dst.Ctime = FromNs(r.Time), FromNs(r.Time)
+		op.Mtime, op.Ctime, np.Mtime, np.Ctime = FromNs(r.Time), FromNs(r.Time), FromNs(r.Time), FromNs(r.Time)
 		return nil
 	}
 	if dst != nil {
@@ -502,7 +508,7 @@ func (t *Tree) applyRename(r *Record, dir func(Ino) (*Inode, error), validName f
 		op.Nlink--
 		np.Nlink++
 	}
-	src.Ctime = r.Time
-	op.Mtime, op.Ctime, np.Mtime, np.Ctime = r.Time, r.Time, r.Time, r.Time
+	src.Ctime = FromNs(r.Time)
+	op.Mtime, op.Ctime, np.Mtime, np.Ctime = FromNs(r.Time), FromNs(r.Time), FromNs(r.Time), FromNs(r.Time)
 	return nil
 }

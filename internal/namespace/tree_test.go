@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -190,39 +192,64 @@ func TestDecodeCheckpointCorrupt(t *testing.T) {
 	}
 }
 
-// TestCheckpointGolden freezes the checkpoint format (version 1): trees
-// built from fixed records must encode to their golden files byte for
-// byte, and those files must keep decoding to the same trees. The chunked
-// golden was added with chunked content; the first file is unchanged.
-func TestCheckpointGolden(t *testing.T) {
+// checkpointRecords are the fixed records behind the checkpoint goldens.
+func checkpointRecords() (base, chunked, wide []*Record) {
 	var id ObjectID
 	for i := range id {
 		id[i] = byte(255 - i)
 	}
-	base := []*Record{
+	base = []*Record{
 		mkdir(2, 1, "dir"), create(3, 2, "inline"),
-		{Op: OpSetContent, Ino: 3, Size: 5, Mtime: 20, Time: 21, Content: Content{Inline: []byte("bytes")}},
+		{Op: OpSetContent, Ino: 3, Size: 5, Mtime: FromNs(20), Time: 21, Content: Content{Inline: []byte("bytes")}},
 		create(4, 1, "object"),
-		{Op: OpSetContent, Ino: 4, Size: 1 << 20, Mtime: 22, Time: 23, Content: Content{IsObject: true, Object: id}},
+		{Op: OpSetContent, Ino: 4, Size: 1 << 20, Mtime: FromNs(22), Time: 23, Content: Content{IsObject: true, Object: id}},
 		{Op: OpLink, Ino: 4, Parent: 2, Name: "hard", Time: 24},
 		{Op: OpSymlink, Ino: 5, Parent: 1, Name: "sl", Target: "dir/inline", Uid: 7, Gid: 8, Time: 25},
 		{Op: OpCreate, Ino: 6, Parent: 1, Name: "blk", Mode: S_IFBLK | 0o660, Rdev: 0x0801, Time: 26},
 		{Op: OpSetXattr, Ino: 2, Name: "user.x", Value: []byte{1, 2}, Time: 27},
 	}
-	chunked := append(slices.Clone(base), create(7, 2, "chunked"),
-		&Record{Op: OpSetContent, Ino: 7, Size: 3<<20 - 1, Mtime: 28, Time: 29, Content: Content{Chunks: []ObjectID{HoleChunk, id, {31: 1}}, ChunkShift: 20}})
+	chunked = append(slices.Clone(base), create(7, 2, "chunked"),
+		&Record{Op: OpSetContent, Ino: 7, Size: 3<<20 - 1, Mtime: FromNs(28), Time: 29, Content: Content{Chunks: []ObjectID{HoleChunk, id, {31: 1}}, ChunkShift: 20}})
+	wide = append(slices.Clone(chunked),
+		&Record{Op: OpSetAttr, Ino: 3, Mask: AttrAtime | AttrMtime, Atime: Timestamp{Sec: 10413792000}, Mtime: Timestamp{Sec: -14831769600, Nsec: 7}, Time: 30},
+		&Record{Op: OpSetAttr, Ino: 2, Mask: AttrMtime, Mtime: Timestamp{Sec: math.MaxInt64, Nsec: 999999999}, Time: 31},
+		&Record{Op: OpSetContent, Ino: 4, Size: 1 << 20, Mtime: Timestamp{Sec: math.MinInt64}, Time: 32, Content: Content{IsObject: true, Object: id}})
+	return base, chunked, wide
+}
+
+// times lists every inode's times, for comparing trees (Dump leaves them
+// out).
+func times(tr *Tree) map[Ino][3]Timestamp {
+	m := map[Ino][3]Timestamp{}
+	for _, n := range tr.Inodes() {
+		m[n.Ino] = [3]Timestamp{n.Atime, n.Mtime, n.Ctime}
+	}
+	return m
+}
+
+// TestCheckpointGolden freezes the checkpoint formats. Version 2 (wide
+// times) is what EncodeCheckpoint writes: trees built from fixed records
+// must encode to the v2 goldens byte for byte. The version 1 goldens were
+// written by earlier builds and must keep decoding to the same trees, times
+// included. The chunked goldens were added with chunked content, the wide
+// one with version 2; earlier files are unchanged.
+func TestCheckpointGolden(t *testing.T) {
+	base, chunked, wide := checkpointRecords()
 	for _, tc := range []struct {
 		golden string
 		recs   []*Record
+		encode bool // today's encoder must produce it
 	}{
-		{"checkpoint-v1.golden", base},
-		{"checkpoint-v1-chunked.golden", chunked},
+		{"checkpoint-v1.golden", base, false},
+		{"checkpoint-v1-chunked.golden", chunked, false},
+		{"checkpoint-v2-chunked.golden", chunked, true},
+		{"checkpoint-v2-wide.golden", wide, true},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			tr := build(t, tc.recs...)
 			got := tr.EncodeCheckpoint()
 			path := filepath.Join("testdata", tc.golden)
-			if os.Getenv("WSFS_UPDATE_GOLDEN") == "1" {
+			if tc.encode && os.Getenv("WSFS_UPDATE_GOLDEN") == "1" {
 				if err := os.WriteFile(path, []byte(hex.EncodeToString(got)+"\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
@@ -235,8 +262,8 @@ func TestCheckpointGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(raw) != string(got) {
-				t.Fatalf("checkpoint encoding changed; version 1 is frozen.\n got %x\nwant %x", got, raw)
+			if tc.encode && string(raw) != string(got) {
+				t.Fatalf("checkpoint encoding changed; version 2 is frozen.\n got %x\nwant %x", got, raw)
 			}
 			back, err := DecodeCheckpoint(raw)
 			if err != nil {
@@ -244,6 +271,14 @@ func TestCheckpointGolden(t *testing.T) {
 			}
 			if DumpString(back.Dump(sumContent)) != DumpString(tr.Dump(sumContent)) {
 				t.Fatal("golden checkpoint decodes to a different tree")
+			}
+			if !reflect.DeepEqual(times(back), times(tr)) {
+				t.Fatalf("golden checkpoint decodes to different times:\n got %v\nwant %v", times(back), times(tr))
+			}
+			// A v1 checkpoint re-encodes as v2, which decodes the same.
+			again, err := DecodeCheckpoint(back.EncodeCheckpoint())
+			if err != nil || !reflect.DeepEqual(times(again), times(tr)) {
+				t.Fatalf("re-encoded checkpoint: %v", err)
 			}
 		})
 	}
@@ -282,7 +317,7 @@ func TestContentValidate(t *testing.T) {
 // it never panics. (The CRC makes random damage fail early; the fuzzer also
 // learns to fix it up, which exercises the structural checks.)
 func FuzzDecodeCheckpoint(f *testing.F) {
-	for _, name := range []string{"checkpoint-v1.golden", "checkpoint-v1-chunked.golden"} {
+	for _, name := range []string{"checkpoint-v1.golden", "checkpoint-v1-chunked.golden", "checkpoint-v2-chunked.golden", "checkpoint-v2-wide.golden"} {
 		if golden, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
 			if raw, err := hex.DecodeString(strings.TrimSpace(string(golden))); err == nil {
 				f.Add(raw)
@@ -303,4 +338,40 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		}
 		_ = tr.Dump(sumContent)
 	})
+}
+
+func TestCloneIsIndependent(t *testing.T) {
+	tr := New(0o755, 0, 0, 1)
+	d := tr.AllocIno()
+	if err := tr.Apply(&Record{Op: OpMkdir, Ino: d, Parent: RootIno, Name: "d", Mode: 0o755, Time: 2}); err != nil {
+		t.Fatal(err)
+	}
+	f := tr.AllocIno()
+	if err := tr.Apply(&Record{Op: OpCreate, Ino: f, Parent: d, Name: "f", Mode: S_IFREG | 0o644, Time: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Apply(&Record{Op: OpSetXattr, Ino: f, Name: "user.x", Value: []byte("1"), Time: 4}); err != nil {
+		t.Fatal(err)
+	}
+	c := tr.Clone()
+	want := string(tr.EncodeCheckpoint())
+	if string(c.EncodeCheckpoint()) != want || c.NextIno() != tr.NextIno() || c.Check() != nil {
+		t.Fatal("clone differs from its tree")
+	}
+	// Changing the original leaves the clone as it was, and back.
+	if err := tr.Apply(&Record{Op: OpRename, Parent: d, Name: "f", NewParent: RootIno, NewName: "g", Ino: f, Time: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Apply(&Record{Op: OpRemoveXattr, Ino: f, Name: "user.x", Time: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if string(c.EncodeCheckpoint()) != want {
+		t.Fatal("the clone changed with its original")
+	}
+	if err := c.Apply(&Record{Op: OpUnlink, Parent: d, Name: "f", Ino: f, Time: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Get(f) == nil || tr.Get(f).Nlink != 1 {
+		t.Fatal("the original changed with its clone")
+	}
 }

@@ -64,13 +64,33 @@
 //
 // In the last segment the first invalid or incomplete frame, or a complete
 // group missing its commit marker at the end of the file, starts the tail.
-// The tail is torn, not corrupt, when no valid commit marker with a higher
-// group number exists anywhere after the damage (searched byte by byte).
-// A torn tail is the expected result of a crash during an unsynced append:
-// Open truncates the segment to the end of the last complete group, syncs
-// it, logs a warning and reports it through Repaired. If a later commit
-// marker does validate, a group that may have been acknowledged lies
-// behind the damage, and Open returns a *CorruptError instead.
+// The tail is torn, not corrupt, when it is what a crash during an unsynced
+// append leaves (a group is one write at the end of the file: the file can
+// end anywhere in it, and whole sectors of it can read back as zeros, but
+// no written byte changes) and no valid commit marker with a higher group
+// number exists anywhere after the damage (searched byte by byte):
+//
+//   - every frame verifies and the file ends before the commit marker;
+//   - the first bad frame runs past the end of the file, unless its bytes
+//     are the commit marker the group needs with only the length damaged;
+//   - the first bad frame is complete but overlaps a 512-byte sector that
+//     is zero from the frame (or the sector's start) to the sector's end
+//     or the end of the file.
+//
+// A torn tail is truncated to the end of the last complete group, synced,
+// logged (saying the group was not acknowledged unless the storage lost
+// synced data: the code cannot know more) and reported through Repaired.
+// Anything else is a *CorruptError: a later valid commit marker (a group
+// that may have been acknowledged lies behind the damage), or a complete
+// frame that fails verification with no zeroed sector, such as the last
+// group's commit marker with one flipped byte behind records that all
+// verify: that group was written whole and may have been acknowledged.
+// The error names the segment and offset and `wsfs fsck --repair`, which
+// cuts the log there after saving a copy (Log.Cut).
+//
+// OpenReadOnly applies the same rules without writing (for wsfs fsck):
+// it reports a torn tail without truncating it and stops at damage,
+// keeping the complete groups before it for Replay.
 //
 // # Durability
 //

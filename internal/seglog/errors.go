@@ -15,6 +15,12 @@ type CorruptError struct {
 	Segment string // path of the segment or checkpoint file
 	Offset  int64  // byte offset of the first damaged frame or header
 	Reason  string // what is wrong
+	// For a segment: GroupEnd is the end of the last complete group of
+	// this segment before the damage (where a repair truncates it; 0 if
+	// the header itself is bad), LastGood that group's number (the last
+	// group of the previous segment if none, 0 if unknown).
+	GroupEnd int64
+	LastGood uint64
 }
 
 func (e *CorruptError) Error() string {
@@ -24,9 +30,10 @@ func (e *CorruptError) Error() string {
 			"Restore the workspace state from a backup", e.Segment, e.Offset, e.Reason)
 	}
 	return fmt.Sprintf("seglog: %s is damaged at offset %d: %s. "+
-		"The log is damaged before its tail, so groups that were reported durable may be lost; wsfs will not guess. "+
-		"Restore the workspace state from a backup, or, only if you accept losing every group from offset %d on, "+
-		"move this file and all later ones aside and reopen",
+		"Groups that were written completely, and may have been reported durable, lie at or after the damage; wsfs will not guess. "+
+		"Run `wsfs fsck NAME` to see what is affected, and `wsfs fsck --repair NAME` to keep every group before offset %d: "+
+		"it saves a copy of the damaged segment and truncates the log there (restore from a backup instead if the later groups matter); "+
+		"do not move segments aside by hand (that also loses the groups before the damage)",
 		e.Segment, e.Offset, e.Reason, e.Offset)
 }
 

@@ -166,8 +166,10 @@ type scanResult struct {
 	damageAt     int64
 	damageReason string
 	// pendingRecords counts valid data frames after validEnd (a group
-	// without its commit marker, possibly cut short by damageAt).
+	// without its commit marker, possibly cut short by damageAt);
+	// pendingCRCs are their frame CRCs, in order.
 	pendingRecords int
+	pendingCRCs    []uint32
 }
 
 // scanFrames walks the frames of a segment whose header decoded as h.
@@ -225,7 +227,84 @@ func scanFrames(name string, buf []byte, h segHeader, fn func(group uint64, reco
 		off += f.size
 	}
 	res.pendingRecords = len(crcs)
+	res.pendingCRCs = crcs
 	return res, nil
+}
+
+// sectorSize is the granularity at which a crash can leave part of an
+// unsynced write unwritten (reading back as zeros): the smallest block a
+// disk writes atomically. Filesystems allocate in larger blocks (4 KiB),
+// so a torn write always zeroes whole 512-byte sectors, and checking at
+// this size accepts every such tear.
+const sectorSize = 512
+
+// classifyTail decides whether the end of the last segment, from res's
+// first invalid frame (or, if every frame verified, from the records left
+// without a commit marker), is what a crash during an unsynced append
+// leaves, or damage to bytes that were written completely.
+//
+// A group is appended with one write at the end of the file. A crash
+// before that write is synced can leave the file cut short anywhere in
+// the new bytes, and any whole sector of them unwritten (zeros); it
+// cannot change a byte into another nonzero value. So the tail is torn
+// when:
+//
+//   - every frame verified and only the commit marker is absent (the file
+//     ends at a frame boundary); or
+//   - the first invalid frame runs past the end of the file (cut short),
+//     unless the bytes there are the expected commit marker with only its
+//     length field wrong; or
+//   - the first invalid frame is complete but overlaps a sector that is
+//     zero from the frame (or the sector's start) to the sector's end or
+//     the end of the file (unwritten).
+//
+// Otherwise (a complete frame with a bad checksum and no zeroed sector,
+// including a commit marker with a flipped byte behind records that all
+// verify) the bytes were written and changed afterwards: corruption, and
+// reason says what was found. A storage stack that returns stale or
+// random bytes after a crash (no journal, writeback mode) can make a tear
+// look like corruption; that errs on the safe side: wsfs refuses and
+// `wsfs fsck --repair` truncates after saving a copy, never a silent drop.
+func classifyTail(buf []byte, res scanResult) (torn bool, reason string) {
+	if res.damageAt < 0 {
+		return true, ""
+	}
+	d := res.damageAt
+	rest := buf[d:]
+	want, _ := appendFrame(nil, typeCommit, encodeCommit(res.lastGroup+1, uint32(res.pendingRecords), groupCRC(res.pendingCRCs)))
+	markerTail := len(rest) >= len(want) && string(rest[4:len(want)]) == string(want[4:])
+	markerPayload := len(rest) >= len(want) && string(rest[frameHeaderLen:len(want)]) == string(want[frameHeaderLen:])
+	whose := func() string {
+		if markerPayload || markerTail || (len(rest) > 8 && rest[8] == typeCommit) {
+			return fmt.Sprintf(": this is the commit marker of group %d, whose %d records all verify, so the group was written completely and may have been acknowledged", res.lastGroup+1, res.pendingRecords)
+		}
+		return ""
+	}
+	end := int64(len(buf))
+	if len(rest) < frameHeaderLen || int64(binary.LittleEndian.Uint32(rest[0:])) > int64(len(rest)-frameHeaderLen) {
+		if markerTail {
+			return false, "the commit marker's length field is damaged (the rest of the marker is intact)" + whose()
+		}
+		return true, ""
+	}
+	extent := d + frameHeaderLen + int64(binary.LittleEndian.Uint32(rest[0:]))
+	for s := d / sectorSize * sectorSize; s < extent; s += sectorSize {
+		lo, hi := max(s, d), min(s+sectorSize, end)
+		if isZero(buf[lo:hi]) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("a complete frame of %d bytes fails verification (%s), and none of it is zeroed as a crash leaves unwritten bytes; it was written and changed since%s",
+		extent-d, res.damageReason, whose())
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // laterCommit searches buf[from:] byte by byte for a checksum-valid commit

@@ -127,6 +127,10 @@ func writeFuzzSeeds(t *testing.T, seg []byte) {
 		"random-groups":    multi[0],
 		"empty":            {},
 		"zero-tail":        append(bytes.Clone(seg), make([]byte, 64)...),
+		// Added with the tail classification: a complete last marker with
+		// a flipped CRC byte (corrupt), and the marker zeroed (torn).
+		"marker-crc-flipped": func() []byte { b := bytes.Clone(seg); b[len(b)-25+5] ^= 0x01; return b }(),
+		"marker-zeroed":      func() []byte { b := bytes.Clone(seg); clear(b[len(b)-25:]); return b }(),
 	}
 	for name, b := range seeds {
 		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)

@@ -56,6 +56,12 @@ type Log struct {
 	buf      []byte // reused frame buffer
 	repaired *TornTail
 
+	// readOnly (OpenReadOnly): nothing is written, repaired or synced; a
+	// torn tail is only reported (repaired then says what Open would do)
+	// and damage stops the scan (damage) instead of failing.
+	readOnly bool
+	damage   *CorruptError
+
 	lastGroup atomic.Uint64 // readable from any goroutine
 }
 
@@ -92,15 +98,9 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 	if err := mkdirDurable(fsys, dir); err != nil {
 		return nil, err
 	}
-	names, err := fsys.List(dir)
+	seqs, err := listSegments(fsys, dir)
 	if err != nil {
-		return nil, fmt.Errorf("seglog: list log directory: %w", err)
-	}
-	var seqs []uint64
-	for _, n := range names {
-		if seq, ok := parseSegName(n); ok {
-			seqs = append(seqs, seq) // List is sorted and names are fixed-width
-		}
+		return nil, err
 	}
 	if len(seqs) == 0 {
 		if err := l.createSegment(1, 1); err != nil {
@@ -108,24 +108,11 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 		}
 		return l, nil
 	}
-	for i := 1; i < len(seqs); i++ {
-		if seqs[i] != seqs[i-1]+1 {
-			return nil, &CorruptError{Segment: filepath.Join(dir, segName(seqs[i-1]+1)), Offset: 0,
-				Reason: fmt.Sprintf("segment %d is missing between %d and %d", seqs[i-1]+1, seqs[i-1], seqs[i])}
+	if err := l.scan(seqs); err != nil {
+		if l.active != nil {
+			_ = l.active.Close()
 		}
-	}
-	for i, seq := range seqs {
-		var prev *segInfo
-		if i > 0 {
-			p := l.segs[i-1] // a copy: openSegment appends to l.segs
-			prev = &p
-		}
-		if err := l.openSegment(seq, prev, i == len(seqs)-1); err != nil {
-			if l.active != nil {
-				_ = l.active.Close()
-			}
-			return nil, err
-		}
+		return nil, err
 	}
 	a := l.segs[len(l.segs)-1]
 	// What Open found may not be durable: the previous process can have
@@ -138,12 +125,120 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 	}
 	l.lastGroup.Store(a.last)
 	if l.repaired != nil {
-		logger.Warn("seglog: repaired torn tail of the log (a crash interrupted an unsynced append; no synced group was lost)",
+		// What the code knows: the dropped bytes were cut short or zeroed
+		// as a crash during an unsynced append leaves them (classifyTail),
+		// and no complete commit marker was among them. A group is
+		// acknowledged only after its log sync, so it is lost only if the
+		// storage lost bytes it had reported synced: say exactly that.
+		logger.Warn("seglog: repaired torn tail of the log: an incomplete last group (cut short or zero-filled, "+
+			"as a crash during an unsynced append leaves it, with no complete commit marker) was dropped; "+
+			"it had not been acknowledged unless the storage lost data it reported synced",
 			"segment", l.repaired.Segment, "truncated_to", l.repaired.Offset,
 			"dropped_bytes", l.repaired.DroppedBytes, "dropped_records", l.repaired.DroppedRecords,
 			"last_group", a.last)
 	}
 	return l, nil
+}
+
+// OpenReadOnly opens the log in dir for inspection (wsfs fsck): it checks
+// the whole chain as Open does but writes nothing (no repair, no sync, no
+// lock needed, so a daemon may be appending meanwhile). The returned Log
+// serves FirstGroup, LastGroup, Replay, Segments, Repaired, Damage and
+// Close; Append, Sync and DeleteThrough fail.
+//
+// A torn tail is reported by Repaired (what Open would truncate) and left
+// in place; Replay stops before it. Damage stops the scan: Damage returns
+// it, and the Log covers the complete groups before it (Replay hands them
+// out), so a caller can learn what the log still holds. The error is for
+// failures to read, not for what was read. A missing or empty directory
+// is an empty log.
+func OpenReadOnly(fsys vfs.FS, dir string) (*Log, error) {
+	l := &Log{fs: fsys, dir: dir, logger: slog.New(slog.DiscardHandler), readOnly: true}
+	seqs, err := listSegments(fsys, dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		seqs, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := l.scan(seqs); err != nil {
+		return nil, err
+	}
+	if len(l.segs) > 0 {
+		l.lastGroup.Store(l.segs[len(l.segs)-1].last)
+	}
+	return l, nil
+}
+
+// Damage returns the corruption OpenReadOnly stopped at, or nil.
+func (l *Log) Damage() *CorruptError { return l.damage }
+
+// SegmentInfo describes one segment of an open log.
+type SegmentInfo struct {
+	Path        string
+	Seq         uint64
+	First, Last uint64 // group numbers; Last = First-1 if it holds none
+	Size        int64  // bytes of complete groups
+}
+
+// Segments lists the segments the log covers, oldest first (for
+// OpenReadOnly after damage: up to the damaged one, clipped before it).
+func (l *Log) Segments() []SegmentInfo {
+	out := make([]SegmentInfo, len(l.segs))
+	for i, s := range l.segs {
+		out[i] = SegmentInfo{Path: s.path, Seq: s.seq, First: s.first, Last: s.last, Size: s.size}
+	}
+	return out
+}
+
+// listSegments returns the sequence numbers of the segments in dir,
+// ascending.
+func listSegments(fsys vfs.FS, dir string) ([]uint64, error) {
+	names, err := fsys.List(dir)
+	if err != nil {
+		return nil, fmt.Errorf("seglog: list log directory: %w", err)
+	}
+	var seqs []uint64
+	for _, n := range names {
+		if seq, ok := parseSegName(n); ok {
+			seqs = append(seqs, seq) // List is sorted and names are fixed-width
+		}
+	}
+	return seqs, nil
+}
+
+// scan checks the chain of segments seqs and opens each (openSegment).
+// In read-only mode a *CorruptError ends the scan and is kept in
+// l.damage instead of being returned.
+func (l *Log) scan(seqs []uint64) error {
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			ce := &CorruptError{Segment: filepath.Join(l.dir, segName(seqs[i-1]+1)), Offset: 0,
+				Reason: fmt.Sprintf("segment %d is missing between %d and %d", seqs[i-1]+1, seqs[i-1], seqs[i])}
+			if !l.readOnly {
+				return ce
+			}
+			l.damage, seqs = ce, seqs[:i] // check what precedes the gap
+			break
+		}
+	}
+	for i, seq := range seqs {
+		var prev *segInfo
+		if i > 0 {
+			p := l.segs[i-1] // a copy: openSegment appends to l.segs
+			prev = &p
+		}
+		last := i == len(seqs)-1 && l.damage == nil
+		if err := l.openSegment(seq, prev, last); err != nil {
+			var ce *CorruptError
+			if l.readOnly && errors.As(err, &ce) {
+				l.damage = ce
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // mkdirDurable creates dir and any missing parents, and syncs the parent
@@ -206,8 +301,15 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 	if err != nil {
 		return fmt.Errorf("seglog: read segment: %w", err)
 	}
+	// good is what of this segment precedes damage found in it: the end
+	// of its last complete group and that group (set once known).
+	goodEnd, goodLast := int64(0), uint64(0)
+	if prev != nil {
+		goodLast = prev.last
+	}
 	corrupt := func(off int64, format string, args ...any) error {
-		return &CorruptError{Segment: path, Offset: off, Reason: fmt.Sprintf(format, args...)}
+		return &CorruptError{Segment: path, Offset: off, Reason: fmt.Sprintf(format, args...),
+			GroupEnd: goodEnd, LastGood: goodLast}
 	}
 	// The first group this segment must start with, if it is knowable.
 	want := uint64(0)
@@ -235,6 +337,10 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 			}
 			return corrupt(0, "%s, and with no earlier segment present the first group number of segment %d is unknown", reason, seq)
 		}
+		if l.readOnly {
+			l.repaired = &TornTail{Segment: path, Offset: segHeaderLen, DroppedBytes: int64(len(buf))}
+			return nil // it holds no group
+		}
 		return l.repairHeader(seq, path, want, int64(len(buf)))
 	}
 	if h.seq != seq {
@@ -243,23 +349,47 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 	if h.firstGroup == 0 || (want != 0 && h.firstGroup != want) {
 		return corrupt(0, "segment starts at group %d, expected group %d (group numbers must be contiguous)", h.firstGroup, want)
 	}
+	goodEnd, goodLast = segHeaderLen, h.firstGroup-1
 	res, err := scanFrames(path, buf, h, nil)
-	if err != nil {
-		return err
+	var ce *CorruptError
+	if errors.As(err, &ce) {
+		ce.GroupEnd, ce.LastGood = res.validEnd, res.lastGroup
 	}
+	if err != nil {
+		return l.keepGood(seq, path, h.firstGroup, res, err)
+	}
+	goodEnd, goodLast = res.validEnd, res.lastGroup
 	info := segInfo{seq: seq, path: path, first: h.firstGroup, last: res.lastGroup, size: res.validEnd}
 	size := int64(len(buf))
 	if !last {
 		if res.damageAt >= 0 {
-			return corrupt(res.damageAt, "%s (in a sealed segment)", res.damageReason)
+			return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.damageAt, "%s (in a sealed segment)", res.damageReason))
 		}
 		if res.validEnd != size {
-			return corrupt(res.validEnd, "%d records without a commit marker at the end of a sealed segment", res.pendingRecords)
+			return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.validEnd, "%d records without a commit marker at the end of a sealed segment", res.pendingRecords))
 		}
 		l.segs = append(l.segs, info)
 		return nil
 	}
 
+	if res.validEnd != size {
+		if res.damageAt >= 0 {
+			if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 {
+				return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.damageAt, "%s; yet a valid commit marker for group %d follows at offset %d, so this is not a torn tail",
+					res.damageReason, g, off))
+			}
+		}
+		if torn, why := classifyTail(buf, res); !torn {
+			return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.damageAt, "%s", why))
+		}
+	}
+	if l.readOnly {
+		l.segs = append(l.segs, info)
+		if res.validEnd != size {
+			l.repaired = &TornTail{Segment: path, Offset: res.validEnd, DroppedBytes: size - res.validEnd, DroppedRecords: res.pendingRecords}
+		}
+		return nil
+	}
 	f, err := l.fs.OpenReadWrite(path)
 	if err != nil {
 		return fmt.Errorf("seglog: open active segment: %w", err)
@@ -269,12 +399,6 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 	if res.validEnd == size {
 		return nil // clean tail
 	}
-	if res.damageAt >= 0 {
-		if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 {
-			return corrupt(res.damageAt, "%s; yet a valid commit marker for group %d follows at offset %d, so this is not a torn tail",
-				res.damageReason, g, off)
-		}
-	}
 	if err := f.Truncate(res.validEnd); err != nil {
 		return fmt.Errorf("seglog: repair torn tail of %s: truncate to %d: %w", path, res.validEnd, err)
 	}
@@ -283,6 +407,16 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 	}
 	l.repaired = &TornTail{Segment: path, Offset: res.validEnd, DroppedBytes: size - res.validEnd, DroppedRecords: res.pendingRecords}
 	return nil
+}
+
+// keepGood returns err; in read-only mode it first records the complete
+// groups of segment seq before the damage (res), so that Replay can hand
+// them out for inspection.
+func (l *Log) keepGood(seq uint64, path string, first uint64, res scanResult, err error) error {
+	if l.readOnly && res.validEnd >= segHeaderLen {
+		l.segs = append(l.segs, segInfo{seq: seq, path: path, first: first, last: res.lastGroup, size: res.validEnd})
+	}
+	return err
 }
 
 // repairHeader rewrites the header of a last segment whose creation was
@@ -369,7 +503,12 @@ func (l *Log) LastGroup() uint64 { return l.lastGroup.Load() }
 
 // FirstGroup returns the number of the oldest group the log still holds
 // (or would hold: LastGroup()+1 when it holds none).
-func (l *Log) FirstGroup() uint64 { return l.segs[0].first }
+func (l *Log) FirstGroup() uint64 {
+	if len(l.segs) == 0 {
+		return 1 // OpenReadOnly of an empty log
+	}
+	return l.segs[0].first
+}
 
 // fail makes the log failed with err, unless it already is.
 func (l *Log) fail(err error) error {
@@ -380,6 +519,9 @@ func (l *Log) fail(err error) error {
 }
 
 func (l *Log) usable() error {
+	if l.readOnly {
+		return errors.New("seglog: log opened read-only")
+	}
 	if l.failed != nil {
 		return l.failed
 	}
@@ -507,6 +649,13 @@ func (l *Log) Sync() error {
 func (l *Log) Replay(after uint64, fn func(group uint64, records [][]byte) error) error {
 	if l.closed {
 		return errors.New("seglog: log is closed")
+	}
+	if len(l.segs) == 0 {
+		if after > 0 {
+			return &CorruptError{Segment: filepath.Join(l.dir, segName(1)), Offset: 0,
+				Reason: fmt.Sprintf("replay from group %d asked for, but the log holds no segment", after)}
+		}
+		return nil
 	}
 	first, last := l.segs[0].first, l.LastGroup()
 	if after+1 < first {

@@ -480,33 +480,22 @@ func TestBitFlipSealedSegment(t *testing.T) {
 	}
 }
 
-// TestBitFlipLastSegment: damage in the last segment followed by a valid
-// later commit marker is corruption; damage in the last commit marker
-// alone is a torn tail.
+// TestBitFlipLastSegment: a flipped bit anywhere in the last segment,
+// the last group's commit marker included, is corruption at the damaged
+// frame: a crash cuts an append short or leaves sectors unwritten (zeros),
+// it never changes a written byte, so a marker that is all there but does
+// not verify belongs to a group that was written and may have been
+// acknowledged (issue 11 item 16: it used to be dropped as a torn tail).
 func TestBitFlipLastSegment(t *testing.T) {
 	groups := genGroups(10, 6, 3, 30)
-	segs, _, gstart, _ := buildLog(t, 0, groups)
+	segs, _, _, _ := buildLog(t, 0, groups)
 	seg := segs[0]
 	starts := frameStarts(t, seg)
-	lastCommit := starts[len(starts)-1]
 	for i := int64(0); i < int64(len(seg)); i++ {
 		bad := slices.Clone(seg)
 		bad[i] ^= 0x10
 		fsys, dir := memLog(t, [][]byte{bad})
-		l, err := Open(fsys, dir, Options{})
-		if i >= lastCommit {
-			if err != nil {
-				t.Fatalf("byte %d of the last commit marker flipped: %v, want torn tail", i, err)
-			}
-			if rep := l.Repaired(); rep == nil || rep.Offset != gstart[len(groups)-1] {
-				t.Fatalf("byte %d flipped: Repaired = %+v", i, rep)
-			}
-			if got := replayAll(t, l, 0); !equalGroups(got, groups[:len(groups)-1]) {
-				t.Fatalf("byte %d flipped: replay differs", i)
-			}
-			l.Close()
-			continue
-		}
+		_, err := Open(fsys, dir, Options{})
 		var ce *CorruptError
 		if !errors.As(err, &ce) {
 			t.Fatalf("byte %d flipped: Open = %v, want *CorruptError", i, err)
@@ -514,6 +503,96 @@ func TestBitFlipLastSegment(t *testing.T) {
 		if ce.Offset != damageOffset(starts, i) {
 			t.Fatalf("byte %d flipped: offset %d, want %d", i, ce.Offset, damageOffset(starts, i))
 		}
+		if after, _ := readFile(fsys, filepath.Join(dir, segName(1))); !bytes.Equal(after, bad) {
+			t.Fatalf("byte %d flipped: Open modified the segment", i)
+		}
+	}
+}
+
+// TestTailClassification pins what the format lets Open tell apart at the
+// end of the last segment: cut short or zeroed (torn: repaired) against
+// complete but changed (corrupt: refused, naming segment and offset).
+func TestTailClassification(t *testing.T) {
+	rec := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*7) | 1 // no zero byte: zeros only where a test puts them
+		}
+		return b
+	}
+	groups := [][][]byte{{rec(300)}, {rec(200), rec(100)}, {}, {rec(1500), rec(40), rec(700)}}
+	segs, _, gstart, gend := buildLog(t, 0, groups)
+	seg := segs[0]
+	last := len(groups) - 1
+	marker := gend[last] - (frameHeaderLen + commitPayloadLen)
+	zero := func(b []byte, from, to int64) []byte {
+		b = slices.Clone(b)
+		clear(b[from:to])
+		return b
+	}
+	flip := func(b []byte, at int64) []byte {
+		b = slices.Clone(b)
+		b[at] ^= 0x01
+		return b
+	}
+	sectorAfter := (gstart[last]/sectorSize + 1) * sectorSize // a sector inside the last group
+	if sectorAfter+sectorSize > marker {
+		t.Fatalf("last group too short for the test: %d..%d", gstart[last], gend[last])
+	}
+	for _, tc := range []struct {
+		name    string
+		seg     []byte
+		torn    bool
+		corrupt int64 // offset, when not torn
+		says    string
+	}{
+		{"marker-cut-short", seg[:marker+10], true, 0, ""},
+		{"marker-absent", seg[:marker], true, 0, ""},
+		{"marker-zeroed", zero(seg, marker, gend[last]), true, 0, ""},
+		// A sector of the group unwritten and the marker not yet written.
+		{"unwritten-sector-in-group", zero(seg, sectorAfter, sectorAfter+sectorSize)[:marker], true, 0, ""},
+		{"zero-tail-after-last-group", append(slices.Clone(seg), make([]byte, 100)...), true, 0, ""},
+		{"marker-crc-flipped", flip(seg, marker+5), false, marker, "commit marker of group 4"},
+		{"marker-group-flipped", flip(seg, marker+frameHeaderLen), false, marker, "may have been acknowledged"},
+		{"marker-count-flipped", flip(seg, marker+frameHeaderLen+8), false, marker, "fails verification"},
+		{"marker-length-flipped-long", flip(seg, marker+2), false, marker, "length field"},
+		{"marker-length-flipped-short", flip(seg, marker), false, marker, "commit marker"},
+		// A complete frame of nonzero bytes that does not verify.
+		{"garbage-frame-after-last-group", append(append(slices.Clone(seg), 31, 0, 0, 0), bytes.Repeat([]byte{0xa5}, 36)...), false, gend[last], "changed since"},
+		{"record-flipped", flip(seg, gstart[last]+frameHeaderLen+3), false, gstart[last], "not a torn tail"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys, dir := memLog(t, [][]byte{tc.seg})
+			l, err := Open(fsys, dir, Options{})
+			if tc.torn {
+				if err != nil {
+					t.Fatalf("Open = %v, want a torn-tail repair", err)
+				}
+				defer l.Close()
+				want := gstart[last]
+				if tc.name == "zero-tail-after-last-group" {
+					want = gend[last]
+				}
+				if rep := l.Repaired(); rep == nil || rep.Offset != want {
+					t.Fatalf("Repaired = %+v, want truncation to %d", rep, want)
+				}
+				return
+			}
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Offset != tc.corrupt || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Open = %v, want *CorruptError at %d saying %q", err, tc.corrupt, tc.says)
+			}
+			if !strings.Contains(err.Error(), "wsfs fsck --repair") {
+				t.Fatalf("message does not name the repair command: %v", err)
+			}
+			wantEnd, wantGood := gstart[last], uint64(last)
+			if tc.corrupt >= gend[last] {
+				wantEnd, wantGood = gend[last], uint64(last+1)
+			}
+			if ce.GroupEnd != wantEnd || ce.LastGood != wantGood {
+				t.Fatalf("GroupEnd %d LastGood %d, want %d and %d", ce.GroupEnd, ce.LastGood, wantEnd, wantGood)
+			}
+		})
 	}
 }
 
@@ -578,7 +657,7 @@ func TestStructuralCorruption(t *testing.T) {
 	})
 	t.Run("message-says-what-to-do", func(t *testing.T) {
 		msg := (&CorruptError{Segment: "x.seg", Offset: 7, Reason: "r"}).Error()
-		for _, s := range []string{"x.seg", "offset 7", "will not guess", "aside"} {
+		for _, s := range []string{"x.seg", "offset 7", "will not guess", "wsfs fsck --repair"} {
 			if !bytes.Contains([]byte(msg), []byte(s)) {
 				t.Errorf("CorruptError message %q lacks %q", msg, s)
 			}
@@ -689,4 +768,93 @@ func TestClosedAndChangedUnderneath(t *testing.T) {
 	if err := l.Sync(); err == nil {
 		t.Fatal("Sync on a closed log succeeded")
 	}
+}
+
+// TestOpenReadOnly: inspection writes nothing, reports a torn tail without
+// repairing it, and after damage still replays the complete groups before
+// it (what fsck needs to name what is affected).
+func TestOpenReadOnly(t *testing.T) {
+	groups := genGroups(13, 12, 3, 20)
+	segs, gseg, gstart, _ := buildLog(t, 150, groups)
+	if len(segs) < 3 {
+		t.Fatalf("want 3 segments, got %d", len(segs))
+	}
+	t.Run("torn", func(t *testing.T) {
+		torn := slices.Clone(segs)
+		torn[len(torn)-1] = torn[len(torn)-1][:len(torn[len(torn)-1])-3]
+		fsys, dir := memLog(t, torn)
+		l, err := OpenReadOnly(fsys, dir)
+		if err != nil || l.Damage() != nil || l.Repaired() == nil {
+			t.Fatalf("OpenReadOnly = %v, damage %v, repaired %+v", err, l.Damage(), l.Repaired())
+		}
+		if got := replayAll(t, l, 0); !equalGroups(got, groups[:len(groups)-1]) {
+			t.Fatalf("replayed %d groups", len(got))
+		}
+		if b, _ := readFile(fsys, filepath.Join(dir, segName(uint64(len(segs))))); !bytes.Equal(b, torn[len(torn)-1]) {
+			t.Fatal("OpenReadOnly changed the torn segment")
+		}
+		if _, err := l.Append(nil); err == nil {
+			t.Fatal("Append on a read-only log succeeded")
+		}
+	})
+	t.Run("damage-in-sealed-segment", func(t *testing.T) {
+		// Flip a byte of the second group of segment 2.
+		g := -1
+		for i := range groups {
+			if gseg[i] == 1 && i > 0 && gseg[i-1] == 1 {
+				g = i
+				break
+			}
+		}
+		if g < 0 {
+			t.Skip("no segment with two groups")
+		}
+		bad := slices.Clone(segs)
+		bad[1] = slices.Clone(bad[1])
+		bad[1][gstart[g]+4] ^= 0x80 // its first frame's CRC
+		fsys, dir := memLog(t, bad)
+		l, err := OpenReadOnly(fsys, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := l.Damage()
+		if d == nil || d.Segment != filepath.Join(dir, segName(2)) || d.Offset != gstart[g] || d.GroupEnd != gstart[g] || d.LastGood != uint64(g) {
+			t.Fatalf("Damage = %+v, want segment 2 offset %d, good through group %d", d, gstart[g], g)
+		}
+		if l.LastGroup() != uint64(g) {
+			t.Fatalf("LastGroup %d, want %d", l.LastGroup(), g)
+		}
+		if got := replayAll(t, l, 0); !equalGroups(got, groups[:g]) {
+			t.Fatalf("replayed %d groups, want %d", len(got), g)
+		}
+		// The records of the groups after the damage that still verify:
+		// every one but the damaged frame (group g's first record).
+		lost := l.LostRecords()
+		var want [][]byte
+		for i := g; i < len(groups); i++ {
+			for j, r := range groups[i] {
+				if i == g && j == 0 {
+					continue
+				}
+				want = append(want, r)
+			}
+		}
+		if len(lost) < len(want) {
+			t.Fatalf("LostRecords found %d records, want at least %d", len(lost), len(want))
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(lost, func(b []byte) bool { return bytes.Equal(b, w) }) {
+				t.Fatalf("LostRecords lacks a record of %d bytes", len(w))
+			}
+		}
+	})
+	t.Run("missing-dir", func(t *testing.T) {
+		l, err := OpenReadOnly(vfs.NewCrashableMem(), "/nothing")
+		if err != nil || l.LastGroup() != 0 || l.Damage() != nil {
+			t.Fatalf("%v %v", err, l)
+		}
+		if err := l.Replay(0, func(uint64, [][]byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -1,10 +1,12 @@
 package workspace
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
+	"wsfs/internal/namespace"
 	"wsfs/internal/pool"
 )
 
@@ -17,14 +19,14 @@ func TestTimesSurviveFlush(t *testing.T) {
 	h := H(t)(w.OpenFile(f.Ino, syscall.O_WRONLY))
 	_, err := h.WriteAt([]byte("data"), 0)
 	noErr(t, err)
-	mt, at := int64(1_000_000_000), int64(2_000_000_000)
+	mt, at := namespace.FromNs(1_000_000_000), namespace.FromNs(2_000_000_000)
 	A(t)(w.SetAttr(f.Ino, SetAttrIn{Mtime: &mt, Atime: &at}))
 	if a := A(t)(w.GetAttr(f.Ino)); a.Mtime != mt || a.Size != 4 {
-		t.Fatalf("before close: mtime %d size %d", a.Mtime, a.Size)
+		t.Fatalf("before close: mtime %v size %d", a.Mtime, a.Size)
 	}
 	noErr(t, h.Release())
 	if a := A(t)(w.GetAttr(f.Ino)); a.Mtime != mt || a.Atime != at {
-		t.Fatalf("after close: mtime %d atime %d", a.Mtime, a.Atime)
+		t.Fatalf("after close: mtime %v atime %v", a.Mtime, a.Atime)
 	}
 	noErr(t, w.Close())
 	w = e.open()
@@ -40,19 +42,19 @@ func TestTimestampsOfOps(t *testing.T) {
 	w := e.open()
 	defer w.Close()
 	d := A(t)(w.Mkdir(RootIno, "d", 0o755, me))
-	old := int64(1)
+	old := namespace.FromNs(1)
 	A(t)(w.SetAttr(d.Ino, SetAttrIn{Mtime: &old}))
-	before := time.Now().UnixNano()
+	before := namespace.FromNs(time.Now().UnixNano())
 	f := A(t)(w.Create(d.Ino, "f", 0o644, me))
-	if f.Mtime < before || f.Ctime < before || f.Atime < before {
+	if f.Mtime.Before(before) || f.Ctime.Before(before) || f.Atime.Before(before) {
 		t.Fatalf("new file times %+v older than the call", f)
 	}
-	if a := A(t)(w.GetAttr(d.Ino)); a.Mtime < before || a.Ctime < before {
+	if a := A(t)(w.GetAttr(d.Ino)); a.Mtime.Before(before) || a.Ctime.Before(before) {
 		t.Fatalf("parent times not updated by create: %+v", a)
 	}
 	A(t)(w.SetAttr(f.Ino, SetAttrIn{Mtime: &old}))
 	A(t)(w.Link(f.Ino, RootIno, "l"))
-	if a := A(t)(w.GetAttr(f.Ino)); a.Mtime != old || a.Ctime < before || a.Nlink != 2 {
+	if a := A(t)(w.GetAttr(f.Ino)); a.Mtime != old || a.Ctime.Before(before) || a.Nlink != 2 {
 		t.Fatalf("link: mtime must stay, ctime move: %+v", a)
 	}
 	noErr(t, w.SetXattr(f.Ino, "user.k", []byte("v"), 0))
@@ -163,4 +165,49 @@ func TestStatFSReadlinkAndErrorText(t *testing.T) {
 			t.Fatalf("error text %q, want %q", got, want)
 		}
 	})
+}
+
+// TestWideTimesCheckpointAndLog: times outside int64 nanoseconds survive
+// the log (replay) and a checkpoint (version 2), on a file with dirty
+// content too (the SetContent record carries the set mtime); nanoseconds
+// of a second or more are refused with EINVAL and change nothing.
+func TestWideTimesCheckpointAndLog(t *testing.T) {
+	for _, ckpt := range []bool{false, true} {
+		t.Run(fmt.Sprintf("checkpoint=%v", ckpt), func(t *testing.T) {
+			e := memEnv(t)
+			if ckpt {
+				e.opts.CheckpointBytes = 1
+			}
+			w := e.open()
+			y2300 := namespace.Timestamp{Sec: 10413792000, Nsec: 42}
+			y1500 := namespace.Timestamp{Sec: -14831769600, Nsec: 999999999}
+			f := writeFile(t, w, RootIno, "f", []byte("abc"))
+			A(t)(w.SetAttr(f.Ino, SetAttrIn{Atime: &y1500, Mtime: &y2300}))
+			g := A(t)(w.Create(RootIno, "g", 0o644, me))
+			h := H(t)(w.OpenFile(g.Ino, syscall.O_WRONLY))
+			_, err := h.WriteAt([]byte("dirty"), 0)
+			noErr(t, err)
+			A(t)(w.SetAttr(g.Ino, SetAttrIn{Mtime: &y1500})) // then the flush's SetContent carries it
+			noErr(t, h.Release())
+			bad := namespace.Timestamp{Sec: 1, Nsec: 1e9}
+			_, err = w.SetAttr(f.Ino, SetAttrIn{Mtime: &bad})
+			mustErrno(t, err, syscall.EINVAL)
+			for i := 0; ckpt && i < 5; i++ {
+				writeFile(t, w, RootIno, fmt.Sprintf("pad%d", i), []byte("pad"))
+				noErr(t, w.Sync())
+			}
+			noErr(t, w.Close())
+			w = e.open()
+			defer w.Close()
+			if ckpt && w.Stats().CheckpointGroup == 0 {
+				t.Fatal("no checkpoint was written")
+			}
+			if a := A(t)(w.Lookup(RootIno, "f")); a.Mtime != y2300 || a.Atime != y1500 {
+				t.Fatalf("f after reopen: mtime %v atime %v", a.Mtime, a.Atime)
+			}
+			if a := A(t)(w.Lookup(RootIno, "g")); a.Mtime != y1500 || a.Size != 5 {
+				t.Fatalf("g after reopen: mtime %v size %d", a.Mtime, a.Size)
+			}
+		})
+	}
 }

@@ -30,9 +30,10 @@ import (
 // maxDirtyChunks of them stay in memory (the rest are put to the pool
 // early, and named by the record when the content is flushed).
 type dirty struct {
+	ino   namespace.Ino // the inode it is the content of (for error reports)
 	size  int64
-	mtime int64
-	ctime int64
+	mtime namespace.Timestamp
+	ctime int64 // unix ns: ctimes come from the clock
 
 	mem []byte
 
@@ -185,7 +186,7 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 // parallel. The caller does not hold n.Mu.
 func (w *Workspace) readObject(n *namespace.Inode, id pool.ID, p []byte, off, size int64) (int, error) {
 	n.Mu.Lock()
-	o, err := w.objectLocked(liveFor(n), id)
+	o, err := w.objectLocked(n.Ino, liveFor(n), id)
 	if err != nil {
 		n.Mu.Unlock()
 		return 0, err
@@ -198,21 +199,46 @@ func (w *Workspace) readObject(n *namespace.Inode, id pool.ID, p []byte, off, si
 	n.Mu.Unlock()
 	if err == io.EOF || err == nil && c < len(p) {
 		// The object is shorter than the content says: damaged or replaced.
-		return c, &ioError{fmt.Errorf("object %s ends at %d, want %d bytes", id, off+int64(c), size)}
+		return c, w.objectErr(n.Ino, id, fmt.Errorf("object %s ends at %d, want %d bytes", id, off+int64(c), size))
 	}
-	return c, errno(err)
+	return c, w.objectErr(n.Ino, id, err)
+}
+
+// objectErr turns a failure to open or read pool object id, the content
+// (or a chunk of the content) of inode ino, into the error the caller gets.
+// Any such failure is EIO, never the pool's ENOENT for a missing object:
+// the file exists, its bytes are what is gone. Every failure but a plain
+// errno from the OS read is logged at ERROR naming the object and the
+// inode (wsfs fsck names the paths), because the reader's EIO alone says
+// nothing about the cause. nil stays nil.
+func (w *Workspace) objectErr(ino namespace.Ino, id pool.ID, err error) error {
+	if err == nil {
+		return nil
+	}
+	var miss *pool.MissingObjectError
+	var bad *pool.CorruptObjectError
+	what := "read failed"
+	switch {
+	case errors.As(err, &miss):
+		what = "pool object is missing"
+	case errors.As(err, &bad):
+		what = "pool object is corrupt"
+	}
+	w.lg.Error("file content cannot be read: "+what+" (run wsfs fsck for the affected paths)",
+		"object", id.String(), "ino", uint64(ino), "err", err)
+	return &ioError{fmt.Errorf("content of inode %d: object %s: %w", ino, id, err)}
 }
 
 // objectLocked returns the inode's cached open object id, opening (and
 // verifying, once per process) it if needed; it replaces the cached one.
-func (w *Workspace) objectLocked(lv *live, id pool.ID) (*objFile, error) {
+func (w *Workspace) objectLocked(ino namespace.Ino, lv *live, id pool.ID) (*objFile, error) {
 	if lv.obj != nil && lv.obj.id == id {
 		return lv.obj, nil
 	}
 	retireObjLocked(lv)
 	f, err := w.pool.Open(id)
 	if err != nil {
-		return nil, errno(err)
+		return nil, w.objectErr(ino, id, err)
 	}
 	lv.obj = &objFile{f: f, id: id}
 	return lv.obj, nil
@@ -254,7 +280,7 @@ func (h *Handle) WriteAt(p []byte, off int64) (int, error) {
 		return 0, wsErr("write", ino, "", err)
 	}
 	now := h.w.now()
-	d.mtime, d.ctime = now, now
+	d.mtime, d.ctime = namespace.FromNs(now), now
 	return len(p), nil
 }
 
@@ -269,7 +295,7 @@ func (w *Workspace) truncateLocked(n *namespace.Inode, size int64) error {
 		return err
 	}
 	now := w.now()
-	d.mtime, d.ctime = now, now
+	d.mtime, d.ctime = namespace.FromNs(now), now
 	return w.flushLocked(n)
 }
 

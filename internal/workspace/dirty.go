@@ -22,6 +22,22 @@ func (d *dirty) chunkLen(i int) int64 {
 	return min(d.size-int64(i)<<d.shift, 1<<d.shift)
 }
 
+// blocks is st_blocks of dirty content (see contentBlocks): in chunked
+// form, a chunk counts if it is in memory or names an object; never-written
+// chunks (holes) count nothing.
+func (d *dirty) blocks() uint64 {
+	if d.chunks == nil {
+		return blocks512(d.size)
+	}
+	var b uint64
+	for i, id := range d.chunks {
+		if _, ok := d.bufs[i]; ok || id != namespace.HoleChunk {
+			b += blocks512(d.chunkLen(i))
+		}
+	}
+	return b
+}
+
 // dirtyLocked returns n's dirty content, creating it from the published
 // content if needed (withOld=false starts empty: O_TRUNC skips the copy).
 // Creating it from chunked content copies only the chunk list.
@@ -30,7 +46,7 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 	if lv.dirty != nil {
 		return lv.dirty, nil
 	}
-	d := &dirty{mtime: n.Mtime, ctime: n.Ctime}
+	d := &dirty{ino: n.Ino, mtime: n.Mtime, ctime: n.Ctime.Ns()}
 	if withOld && n.Size > 0 {
 		c := &n.Content
 		switch {
@@ -43,14 +59,14 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 		case n.Size <= uint64(w.opts.ChunkSize):
 			b, err := w.pool.ReadAll(pool.ID(c.Object))
 			if err != nil {
-				return nil, errno(err)
+				return nil, w.objectErr(n.Ino, pool.ID(c.Object), err)
 			}
 			if uint64(len(b)) != n.Size {
 				return nil, &ioError{fmt.Errorf("object %s has %d bytes, inode size %d", pool.ID(c.Object), len(b), n.Size)}
 			}
 			d.mem, d.size = b, int64(len(b))
 		default:
-			if err := w.splitObject(lv, d, pool.ID(c.Object), int64(n.Size)); err != nil {
+			if err := w.splitObject(n.Ino, lv, d, pool.ID(c.Object), int64(n.Size)); err != nil {
 				w.discard(d)
 				return nil, err
 			}
@@ -63,8 +79,8 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 // splitObject makes d the chunked form of one pool object larger than a
 // chunk (content written with a larger chunk size), putting each chunk to
 // the pool. It costs one pass over the object, once.
-func (w *Workspace) splitObject(lv *live, d *dirty, id pool.ID, size int64) error {
-	o, err := w.objectLocked(lv, id)
+func (w *Workspace) splitObject(ino namespace.Ino, lv *live, d *dirty, id pool.ID, size int64) error {
+	o, err := w.objectLocked(ino, lv, id)
 	if err != nil {
 		return err
 	}
@@ -75,7 +91,7 @@ func (w *Workspace) splitObject(lv *live, d *dirty, id pool.ID, size int64) erro
 		k, err := o.f.ReadAt(b[:d.chunkLen(i)], int64(i)<<d.shift)
 		if int64(k) != d.chunkLen(i) {
 			putBuf(b)
-			return &ioError{fmt.Errorf("object %s: read %d bytes of chunk %d: %v", id, k, i, err)}
+			return w.objectErr(ino, id, fmt.Errorf("object %s: read %d bytes of chunk %d: %v", id, k, i, err))
 		}
 		clear(b[k:])
 		d.bufs[i] = b
@@ -121,11 +137,11 @@ func (w *Workspace) chunkBuf(d *dirty, i int, load bool) ([]byte, error) {
 		data, err := w.pool.ReadAll(id)
 		if err != nil {
 			putBuf(b)
-			return nil, errno(err)
+			return nil, w.objectErr(d.ino, id, err)
 		}
 		if int64(len(data)) != d.chunkLen(i) {
 			putBuf(b)
-			return nil, &ioError{fmt.Errorf("chunk %d: object %s has %d bytes, want %d", i, id, len(data), d.chunkLen(i))}
+			return nil, w.objectErr(d.ino, id, fmt.Errorf("chunk %d: object %s has %d bytes, want %d", i, id, len(data), d.chunkLen(i)))
 		}
 		copy(b, data)
 		clear(b[len(data):])
@@ -305,12 +321,12 @@ func (w *Workspace) readDirty(lv *live, d *dirty, p []byte, off int64) (int, err
 			clear(piece)
 			return len(piece), nil
 		}
-		o, err := w.objectLocked(lv, id)
+		o, err := w.objectLocked(d.ino, lv, id)
 		if err != nil {
 			return 0, err
 		}
 		if k, err := o.f.ReadAt(piece, within); k < len(piece) {
-			return k, &ioError{fmt.Errorf("chunk %d: object %s: read %d of %d bytes at %d: %v", i, id, k, len(piece), within, err)}
+			return k, w.objectErr(d.ino, id, fmt.Errorf("chunk %d: object %s: read %d of %d bytes at %d: %v", i, id, k, len(piece), within, err))
 		}
 		return len(piece), nil
 	})

@@ -3,6 +3,7 @@ package workspace
 import (
 	"slices"
 	"sort"
+	"strings"
 	"syscall"
 
 	"wsfs/internal/namespace"
@@ -164,10 +165,32 @@ func attrLocked(n *namespace.Inode) Attr {
 		Size: n.Size, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime}
 	if lv := liveOf(n); lv != nil && lv.dirty != nil {
 		a.Size = uint64(lv.dirty.size)
-		a.Mtime, a.Ctime = lv.dirty.mtime, lv.dirty.ctime
+		a.Mtime, a.Ctime = lv.dirty.mtime, namespace.FromNs(lv.dirty.ctime)
+		a.Blocks = lv.dirty.blocks()
+	} else {
+		a.Blocks = contentBlocks(&n.Content, n.Size)
 	}
-	a.Blocks = (a.Size + 511) / 512
 	return a
+}
+
+// blocks512 is the number of 512-byte blocks that hold n bytes.
+func blocks512(n int64) uint64 { return uint64(n+511) / 512 }
+
+// contentBlocks is st_blocks of published content of the given size: the
+// 512-byte blocks of the bytes actually stored. Hole chunks (zeros with no
+// object) count nothing, so a sparse file reports what it occupies and du
+// and cp --sparse see its holes; inline bytes and objects count whole.
+func contentBlocks(c *namespace.Content, size uint64) uint64 {
+	if !c.IsChunked() {
+		return blocks512(int64(size))
+	}
+	var b uint64
+	for i, id := range c.Chunks {
+		if id != namespace.HoleChunk {
+			b += blocks512(min(int64(size)-int64(i)<<c.ChunkShift, 1<<c.ChunkShift))
+		}
+	}
+	return b
 }
 
 // countLookup counts one kernel lookup of a locked inode.
@@ -225,6 +248,11 @@ func (w *Workspace) SetAttr(ino Ino, in SetAttrIn) (Attr, error) {
 		return Attr{}, wsErr("setattr", ino, "", err)
 	}
 	defer n.Mu.Unlock()
+	for _, t := range []*namespace.Timestamp{in.Atime, in.Mtime} {
+		if t != nil && !t.Valid() {
+			return Attr{}, wsErr("setattr", ino, "", syscall.EINVAL) // nothing else is unrepresentable
+		}
+	}
 	persist := n.Nlink > 0
 	if in.Size != nil {
 		switch {
@@ -631,8 +659,30 @@ const (
 	xattrReplace = 2
 )
 
-// GetXattr returns the value of an extended attribute (ENODATA if absent).
+// xattrNamespaceErr checks an attribute name's namespace as Linux does:
+// only "user.", "trusted." and "security." attributes are stored; any other
+// prefix (an unknown namespace such as "bogus.", or "system.", whose
+// attributes are the kernel's own: ACLs) gives EOPNOTSUPP. For set,
+// security.capability also gives EOPNOTSUPP: file capabilities are not
+// supported (the mount hides the attribute from the kernel's exec and
+// write paths, see fusefs IgnoreSecurityLabels), so storing it would be a
+// success that does nothing.
+func xattrNamespaceErr(name string, set bool) error {
+	switch {
+	case set && name == "security.capability":
+		return syscall.EOPNOTSUPP
+	case strings.HasPrefix(name, "user."), strings.HasPrefix(name, "trusted."), strings.HasPrefix(name, "security."):
+		return nil
+	}
+	return syscall.EOPNOTSUPP
+}
+
+// GetXattr returns the value of an extended attribute (ENODATA if absent,
+// EOPNOTSUPP for a namespace wsfs does not store).
 func (w *Workspace) GetXattr(ino Ino, name string) ([]byte, error) {
+	if err := xattrNamespaceErr(name, false); err != nil {
+		return nil, wsErr("getxattr", ino, name, err)
+	}
 	n, err := w.lock1(ino)
 	if err != nil {
 		return nil, wsErr("getxattr", ino, name, err)
@@ -646,11 +696,14 @@ func (w *Workspace) GetXattr(ino Ino, name string) ([]byte, error) {
 }
 
 // SetXattr sets an extended attribute. flags: XATTR_CREATE (EEXIST if
-// present), XATTR_REPLACE (ENODATA if absent).
+// present), XATTR_REPLACE (ENODATA if absent). A name outside the stored
+// namespaces, or security.capability, gives EOPNOTSUPP (xattrNamespaceErr).
 func (w *Workspace) SetXattr(ino Ino, name string, value []byte, flags uint32) error {
 	switch {
 	case name == "":
 		return wsErr("setxattr", ino, name, syscall.EINVAL)
+	case xattrNamespaceErr(name, true) != nil:
+		return wsErr("setxattr", ino, name, xattrNamespaceErr(name, true))
 	case len(name) > namespace.MaxNameLen:
 		return wsErr("setxattr", ino, name, syscall.ERANGE)
 	case len(value) > namespace.MaxXattrVal:
@@ -689,8 +742,12 @@ func (w *Workspace) ListXattr(ino Ino) ([]string, error) {
 	return names, nil
 }
 
-// RemoveXattr removes an extended attribute (ENODATA if absent).
+// RemoveXattr removes an extended attribute (ENODATA if absent,
+// EOPNOTSUPP for a namespace wsfs does not store).
 func (w *Workspace) RemoveXattr(ino Ino, name string) error {
+	if err := xattrNamespaceErr(name, false); err != nil {
+		return wsErr("removexattr", ino, name, err)
+	}
 	n, err := w.lock1(ino)
 	if err != nil {
 		return wsErr("removexattr", ino, name, err)

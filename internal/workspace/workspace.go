@@ -82,6 +82,7 @@ import (
 	"time"
 
 	"wsfs/internal/commit"
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
@@ -94,21 +95,30 @@ type Ino uint64
 // RootIno is the root directory.
 const RootIno Ino = 1
 
+// Timestamp is a file time: seconds of any int64 value and nanoseconds
+// (see namespace.Timestamp).
+type Timestamp = namespace.Timestamp
+
+// TimestampOf is the timestamp of t.
+func TimestampOf(t time.Time) Timestamp {
+	return Timestamp{Sec: t.Unix(), Nsec: uint32(t.Nanosecond())}
+}
+
 // Attr are the attributes of an inode.
 type Attr struct {
 	Ino                 Ino
 	Mode                uint32 // S_IFxxx | permission bits
 	Nlink               uint32
 	Uid, Gid, Rdev      uint32
-	Size, Blocks        uint64 // Blocks in 512-byte units
-	Atime, Mtime, Ctime int64  // unix ns
+	Size, Blocks        uint64 // Blocks in 512-byte units: the bytes stored (holes not counted)
+	Atime, Mtime, Ctime namespace.Timestamp
 }
 
 // SetAttrIn says which attributes SetAttr changes (nil: unchanged).
 type SetAttrIn struct {
-	Mode, Uid, Gid *uint32 // Mode: permission bits only
-	Size           *uint64 // truncate (or extend with zeros)
-	Atime, Mtime   *int64
+	Mode, Uid, Gid *uint32              // Mode: permission bits only
+	Size           *uint64              // truncate (or extend with zeros)
+	Atime, Mtime   *namespace.Timestamp // any seconds; nanoseconds below 1e9 (else EINVAL)
 }
 
 // DirEntry is one entry of ReadDir.
@@ -208,13 +218,26 @@ type Workspace struct {
 
 	// Owned by the committer's flusher goroutine (OnCommit) after Open,
 	// and by Close once the flusher has exited.
-	shadow    *namespace.Tree
+	shadow *namespace.Tree
+	// shadowMu guards shadow and shadowGroup against DurableTree, which
+	// clones the shadow from another goroutine (durable.go).
+	shadowMu    sync.Mutex
+	shadowGroup uint64 // the group the shadow is at the end of
+	// snapCache (guarded by shadowMu) is told every record applied to the
+	// shadow, for DurableManifest; nil until its first call.
+	snapCache *manifest.Cache
+	snapMu    sync.Mutex // serializes DurableManifest
 	sinceCkpt int64
 	shadowErr error
 	ckpt      struct {
 		running bool            // a checkpoint write is in flight
 		done    chan ckptResult // its result (capacity 1)
 	}
+
+	// The manifest root the checkpoint read at Open named (fork, restore),
+	// whose manifests ForEachObject also lists; set only by Open.
+	manifestRoot    pool.ID
+	hasManifestRoot bool
 
 	failed  atomic.Pointer[ioError] // sticky: set when a commit fails
 	closed  atomic.Bool             // set by Close before the committer closes
@@ -272,6 +295,16 @@ type ioError struct{ err error }
 func (e *ioError) Error() string   { return e.err.Error() }
 func (e *ioError) Unwrap() []error { return []error{syscall.EIO, e.err} }
 
+// Lock takes the workspace lock of dir: the one a daemon holds while it
+// serves the workspace, and every offline change (fsck --repair, restore,
+// rm) takes before it writes. The directory itself is the lock that
+// counts (a lock file can be deleted under a live daemon); the lock file
+// DIR/lock is locked too, for older binaries (see vfs.LockAll). It fails
+// with an error wrapping vfs.ErrLocked while another holder has it.
+func Lock(fsys vfs.FS, dir string) (io.Closer, error) {
+	return vfs.LockAll(fsys, dir, filepath.Join(dir, "lock"))
+}
+
 // Open opens the workspace in opts.Dir, creating it if empty: it takes the
 // workspace lock, loads the latest checkpoint, replays the log after it
 // (a torn tail is repaired by seglog and logged), and starts the committer.
@@ -315,10 +348,7 @@ func Open(opts Options) (*Workspace, error) {
 	if err := mkdirDurable(w.fs, opts.Dir); err != nil {
 		return nil, fmt.Errorf("workspace: create %s: %w", opts.Dir, err)
 	}
-	// The directory is the lock that counts (a lock file can be deleted
-	// under a live daemon; see vfs.LockAll).
-	lockPath := filepath.Join(opts.Dir, "lock")
-	lk, err := vfs.LockAll(w.fs, opts.Dir, lockPath)
+	lk, err := Lock(w.fs, opts.Dir)
 	if err != nil {
 		if errors.Is(err, vfs.ErrLocked) {
 			return nil, fmt.Errorf("workspace %s is served by another wsfs daemon; stop that daemon first: %w", opts.Dir, err)
@@ -341,10 +371,7 @@ func Open(opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("workspace %s: read checkpoint: %w", opts.Dir, err)
 	}
 	if payload != nil {
-		if w.tree, err = namespace.DecodeCheckpoint(payload); err == nil {
-			w.shadow, err = namespace.DecodeCheckpoint(payload)
-		}
-		if err != nil {
+		if w.tree, w.shadow, err = w.decodeCheckpoint(payload); err != nil {
 			return nil, fmt.Errorf("workspace %s: checkpoint of group %d: %w", opts.Dir, ckGroup, err)
 		}
 		w.ckptGrp.Store(ckGroup)
@@ -359,6 +386,7 @@ func Open(opts Options) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace %s: open log: %w", opts.Dir, err)
 	}
+	w.shadowGroup = w.log.LastGroup()
 	// seglog.Open has logged a torn-tail repair (Warn) through w.lg.
 	fresh := payload == nil && w.log.LastGroup() == 0
 	replayed := 0
@@ -404,7 +432,7 @@ func Open(opts Options) (*Workspace, error) {
 		root.Mu.Lock()
 		err := w.record(&namespace.Record{Op: namespace.OpSetAttr, Ino: namespace.RootIno,
 			Mask: namespace.AttrMode | namespace.AttrUid | namespace.AttrGid | namespace.AttrAtime | namespace.AttrMtime,
-			Mode: 0o755, Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), Atime: now, Mtime: now, Time: now}, nil, true)
+			Mode: 0o755, Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), Atime: namespace.FromNs(now), Mtime: namespace.FromNs(now), Time: now}, nil, true)
 		root.Mu.Unlock()
 		if err != nil {
 			w.Close()
@@ -456,6 +484,9 @@ func (w *Workspace) now() int64 { return w.clock.Now().UnixNano() }
 // flusher is its goroutine).
 func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 	w.reapCheckpoint(false)
+	w.shadowMu.Lock()
+	defer w.shadowMu.Unlock()
+	w.shadowGroup = group
 	if w.shadowErr != nil {
 		return
 	}
@@ -463,6 +494,9 @@ func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 		rec, err := namespace.DecodeRecord(r.Data)
 		if err == nil {
 			err = w.shadow.Apply(rec)
+		}
+		if err == nil && w.snapCache != nil {
+			w.snapCache.Touch(rec)
 		}
 		if err != nil {
 			w.shadowErr = fmt.Errorf("durable shadow: group %d record %d: %w", group, i, err)
@@ -742,7 +776,9 @@ func (w *Workspace) contentID(n *namespace.Inode) namespace.ObjectID {
 // for pool garbage collection. Objects only the durable state still
 // references (replaced by an operation whose group has not committed yet)
 // are not listed: GC's grace period, far longer than a commit window,
-// covers them.
+// covers them. A workspace opened from a manifest-reference checkpoint
+// (fork, restore) also lists that tree's manifests and contents, which the
+// checkpoint still needs until a newer one replaces it.
 func (w *Workspace) ForEachObject(fn func(pool.ID)) {
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
@@ -750,4 +786,5 @@ func (w *Workspace) ForEachObject(fn func(pool.ID)) {
 		n.Mu.Unlock()
 		c.Objects(func(id namespace.ObjectID) { fn(pool.ID(id)) })
 	}
+	w.forEachManifestObject(fn)
 }

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"wsfs/internal/namespace"
 	"wsfs/internal/vfs"
 )
 
@@ -29,7 +30,7 @@ func buildSample(t *testing.T, w *Workspace) {
 	noErr(t, w.SetXattr(f.Ino, "user.color", []byte("blue"), 0))
 	noErr(t, w.SetXattr(f.Ino, "user.gone", []byte("x"), 0))
 	noErr(t, w.RemoveXattr(f.Ino, "user.gone"))
-	mode, mt := uint32(0o640), int64(1234567890)
+	mode, mt := uint32(0o640), namespace.FromNs(1234567890)
 	A(t)(w.SetAttr(f.Ino, SetAttrIn{Mode: &mode, Mtime: &mt}))
 	gone := A(t)(w.Mkdir(RootIno, "gone", 0o755, me))
 	writeFile(t, w, gone.Ino, "x", []byte("x"))
@@ -65,8 +66,8 @@ func TestReopenIdentical(t *testing.T) {
 			}
 		}
 		eq(t, readAll(t, w2, lookupPath(t, w2, "d/sub/big").Ino), bytes.Repeat([]byte("0123456789abcdef"), 10000), "big")
-		if a := lookupPath(t, w2, "d/small"); a.Mtime != 1234567890 {
-			t.Errorf("mtime %d after reopen", a.Mtime)
+		if a := lookupPath(t, w2, "d/small"); a.Mtime != namespace.FromNs(1234567890) {
+			t.Errorf("mtime %v after reopen", a.Mtime)
 		}
 	})
 }

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"wsfs/internal/host"
+	"wsfs/internal/pool"
+	"wsfs/internal/snapshot"
+	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
+)
+
+func init() {
+	register(command{
+		name:      "snapshot",
+		summary:   "create, list, remove and prune a workspace's snapshots",
+		argsUsage: "NAME | NAME@ID",
+		about: `
+A snapshot is a named, durable state of a workspace's tree (and later of
+its agent state), stored as content-addressed directory manifests in the
+pool. It is durable when 'create' returns. Fork one with 'wsfs fork',
+compare with 'wsfs diff', go back to one with 'wsfs restore'.`,
+		subcommands: []command{
+			{name: "create", summary: "snapshot NAME's durable state (through its daemon if one serves it)", run: runSnapshotCreate},
+			{name: "ls", aliases: []string{"list"}, summary: "list NAME's snapshots", run: runSnapshotLs},
+			{name: "rm", aliases: []string{"remove"}, summary: "remove snapshot NAME@ID (its objects go at the next gc)", run: runSnapshotRm},
+			{name: "prune", summary: "remove the snapshots neither --keep-last nor --keep-within keeps", run: runSnapshotPrune},
+		},
+	})
+}
+
+// snapshotHost opens the host and its pool and checks workspace name.
+func snapshotHost(g *globals, name string) (*host.Host, *pool.Pool, error) {
+	if err := host.ValidateName(name); err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	h, err := openHostChecked(g.home, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open pool %s: %w", h.PoolDir(), err)
+	}
+	return h, p, nil
+}
+
+// offlineOptions are the options to open workspace name without serving
+// it (recovery logs go nowhere unless they are warnings).
+func offlineOptions(h *host.Host, p *pool.Pool, name string, stderr io.Writer) workspace.Options {
+	return workspace.Options{Dir: h.WorkspaceDir(name), Pool: p,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+}
+
+// offlineError explains a workspace that a daemon serves (exit 3) and
+// classifies the rest.
+func offlineError(cmd, name string, err error) error {
+	if errors.Is(err, vfs.ErrLocked) {
+		return preconditionError{fmt.Errorf("workspace %s is served by a daemon, and '%s' works only offline for now: stop the daemon (wsfs up / systemctl stop wsfs-mount@%s), run it, and mount again: %w", name, cmd, name, err)}
+	}
+	if errors.Is(err, snapshot.ErrNotFound) {
+		return preconditionError{err}
+	}
+	return classifyOpenError(name, err)
+}
+
+// parseSnapshotRef parses NAME@ID as a usage error if malformed.
+func parseSnapshotRef(ref string) (string, uint64, error) {
+	name, id, err := snapshot.ParseRef(ref)
+	if err != nil {
+		return "", 0, usageError{err.Error()}
+	}
+	return name, id, nil
+}
+
+func runSnapshotCreate(ctx context.Context, g *globals, args []string) error {
+	flags := newFlagSet(g, "snapshot create", "NAME", `
+Takes a snapshot of workspace NAME: its durable state, every operation
+that completed before the command was called. It is durable (manifests
+synced, catalog entry published and its directory synced) when the
+command returns, and prints NAME@ID. When a daemon serves NAME, the
+daemon takes it (through its control socket): writers wait at most for
+the copy of the durable tree, readers not at all.`)
+	g.homeFlag(flags)
+	label := flags.String("label", "", fmt.Sprintf("a label to remember it by (at most %d bytes)", snapshot.MaxLabel))
+	if err := parseFlags(flags, args); err != nil {
+		return err
+	}
+	if flags.NArg() != 1 {
+		return usageError{fmt.Sprintf("want one workspace NAME, got %d arguments", flags.NArg())}
+	}
+	if len(*label) > snapshot.MaxLabel {
+		return usageError{fmt.Sprintf("--label of %d bytes, at most %d", len(*label), snapshot.MaxLabel)}
+	}
+	name := flags.Arg(0)
+	h, p, err := snapshotHost(g, name)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	in, st, err := snapshot.CreateOffline(offlineOptions(h, p, name, g.stderr), *label, start)
+	how := "offline"
+	if errors.Is(err, vfs.ErrLocked) {
+		// Served: the daemon takes it.
+		rep, rerr := requestSnapshot(ctx, h.WorkspaceDir(name), *label)
+		if errors.Is(rerr, errNoControl) {
+			return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, err)}
+		}
+		if rerr != nil {
+			return rerr
+		}
+		in = snapshot.Info{ID: rep.ID, Group: rep.Group}
+		st.Dirs, st.Entries, st.Bytes = rep.Dirs, rep.Entries, rep.Bytes
+		err, how = nil, "through the daemon"
+	}
+	if err != nil {
+		return offlineError("wsfs snapshot create", name, err)
+	}
+	fmt.Fprintf(g.stdout, "%s@%d\n", name, in.ID)
+	fmt.Fprintf(g.stderr, "wsfs: snapshot %s@%d of group %d (%s): %d directories, %d entries, %s of manifests, in %v\n",
+		name, in.ID, in.Group, how, st.Dirs, st.Entries, humanBytes(int64(st.Bytes)), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// snapshotJSON is one snapshot in `ls --json`.
+type snapshotJSON struct {
+	ID    uint64    `json:"id"`
+	Label string    `json:"label"`
+	Time  time.Time `json:"time"`
+	Group uint64    `json:"group"`
+	Root  string    `json:"root"`
+}
+
+func runSnapshotLs(ctx context.Context, g *globals, args []string) error {
+	flags := newFlagSet(g, "snapshot ls", "NAME", `Lists workspace NAME's snapshots, oldest first.`)
+	g.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	if err := parseFlags(flags, args); err != nil {
+		return err
+	}
+	if flags.NArg() != 1 {
+		return usageError{fmt.Sprintf("want one workspace NAME, got %d arguments", flags.NArg())}
+	}
+	name := flags.Arg(0)
+	h, _, err := snapshotHost(g, name)
+	if err != nil {
+		return err
+	}
+	all, err := snapshot.List(vfs.Default, h.WorkspaceDir(name))
+	if err != nil {
+		return corruptError{err}
+	}
+	if *asJSON {
+		out := make([]snapshotJSON, 0, len(all))
+		for _, in := range all {
+			out = append(out, snapshotJSON{in.ID, in.Label, in.Time.UTC(), in.Group, in.Root.String()})
+		}
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SNAPSHOT\tTIME\tGROUP\tROOT\tLABEL")
+	for _, in := range all {
+		fmt.Fprintf(tw, "%s@%d\t%s\t%d\t%.12s\t%s\n", name, in.ID, in.Time.Local().Format(time.RFC3339), in.Group, in.Root.String(), in.Label)
+	}
+	return tw.Flush()
+}
+
+func runSnapshotRm(ctx context.Context, g *globals, args []string) error {
+	flags := newFlagSet(g, "snapshot rm", "NAME@ID", `
+Removes a snapshot from the catalog, durably. Its objects stay in the
+pool until 'wsfs gc' finds nothing else referencing them. IDs are never
+reused.`)
+	g.homeFlag(flags)
+	if err := parseFlags(flags, args); err != nil {
+		return err
+	}
+	if flags.NArg() != 1 {
+		return usageError{fmt.Sprintf("want one NAME@ID, got %d arguments", flags.NArg())}
+	}
+	name, id, err := parseSnapshotRef(flags.Arg(0))
+	if err != nil {
+		return err
+	}
+	h, _, err := snapshotHost(g, name)
+	if err != nil {
+		return err
+	}
+	if err := snapshot.Remove(vfs.Default, h.WorkspaceDir(name), id); err != nil {
+		return offlineError("wsfs snapshot rm", name, err)
+	}
+	fmt.Fprintf(g.stdout, "wsfs: removed %s@%d\n", name, id)
+	return nil
+}
+
+func runSnapshotPrune(ctx context.Context, g *globals, args []string) error {
+	flags := newFlagSet(g, "snapshot prune", "NAME", `
+Removes NAME's snapshots that no retention rule keeps: a snapshot is kept
+if it is one of the --keep-last newest, or younger than --keep-within.
+At least one rule is required.`)
+	g.homeFlag(flags)
+	keepLast := flags.Int("keep-last", 0, "keep the N newest snapshots")
+	keepWithin := flags.Duration("keep-within", 0, "keep snapshots younger than this (e.g. 24h)")
+	if err := parseFlags(flags, args); err != nil {
+		return err
+	}
+	if flags.NArg() != 1 {
+		return usageError{fmt.Sprintf("want one workspace NAME, got %d arguments", flags.NArg())}
+	}
+	if *keepLast < 0 || *keepWithin < 0 {
+		return usageError{"--keep-last and --keep-within must not be negative"}
+	}
+	if *keepLast == 0 && *keepWithin == 0 {
+		return usageError{"prune needs --keep-last N or --keep-within DURATION (refusing to remove every snapshot)"}
+	}
+	name := flags.Arg(0)
+	h, _, err := snapshotHost(g, name)
+	if err != nil {
+		return err
+	}
+	removed, err := snapshot.Prune(vfs.Default, h.WorkspaceDir(name), snapshot.Retention{KeepLast: *keepLast, KeepWithin: *keepWithin}, time.Now())
+	for _, in := range removed {
+		fmt.Fprintf(g.stdout, "wsfs: removed %s@%d (%s)\n", name, in.ID, in.Time.Local().Format(time.RFC3339))
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "wsfs: pruned %d snapshots of %s\n", len(removed), name)
+	return nil
+}

@@ -1,0 +1,381 @@
+// Package snapshot keeps the catalog of a workspace's named snapshots and
+// implements snapshot create, fork, restore and the object enumeration GC
+// needs.
+//
+// A snapshot is a manifest root (package manifest) in the host's pool plus
+// one catalog entry in STATE/workspaces/NAME/snapshots/:
+//
+//	snapshots/<id:%020d>.snap   one entry per snapshot (format below)
+//	snapshots/last-id           the largest ID ever used, when that entry was removed
+//	snapshots/lock              flock serializing catalog changes
+//
+// Entry format (frozen, version 1; golden file testdata/entry-v1.golden):
+//
+//	entry = magic:"WSFSSNP1" version:uvarint id:uvarint
+//	        sec:zigzag nsec:uvarint group:uvarint root:[32]u8
+//	        label:uvarint-length+bytes crc32c:u32le
+//
+// Invariants:
+//   - An entry is published only after every object of its tree is durable
+//     (the manifests synced by Create, the contents by the commits that
+//     wrote them), and it is published durably (vfs.Publish with sync: temp,
+//     fdatasync, rename, directory sync). So a snapshot exists exactly when
+//     its entry does, and a Create that returned nil survives a crash.
+//   - IDs are never reused within a workspace: a new ID is one above the
+//     largest entry and above last-id, and Remove writes last-id durably
+//     before it removes the largest entry.
+//   - The snapshot's tree is the workspace's durable tree at the end of
+//     Group: every operation completed before Create was called, and none
+//     after (offline: nothing runs).
+package snapshot
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"wsfs/internal/pool"
+	"wsfs/internal/vfs"
+)
+
+const (
+	entryMagic   = "WSFSSNP1"
+	entryVersion = 1
+	entrySuffix  = ".snap"
+	lastIDName   = "last-id"
+	lockName     = "lock"
+	// MaxLabel is the longest label, in bytes.
+	MaxLabel = 256
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrBadEntry is wrapped by every catalog decoding error.
+var ErrBadEntry = errors.New("malformed snapshot catalog entry")
+
+// ErrNotFound is wrapped when a snapshot ID is not in the catalog.
+var ErrNotFound = errors.New("no such snapshot")
+
+// Info is one catalog entry.
+type Info struct {
+	ID    uint64
+	Label string
+	Time  time.Time // when it was taken (wall clock)
+	Group uint64    // the workspace's last committed group it contains
+	Root  pool.ID   // manifest root object
+}
+
+// Dir is the catalog directory of the workspace in wsDir.
+func Dir(wsDir string) string { return filepath.Join(wsDir, "snapshots") }
+
+func entryName(id uint64) string { return fmt.Sprintf("%020d%s", id, entrySuffix) }
+
+func parseEntryName(name string) (uint64, bool) {
+	s, ok := strings.CutSuffix(name, entrySuffix)
+	if !ok || len(s) != 20 {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(s, 10, 64)
+	return id, err == nil && id > 0
+}
+
+// EncodeEntry returns the catalog entry bytes of in.
+func EncodeEntry(in Info) []byte {
+	b := []byte(entryMagic)
+	b = binary.AppendUvarint(b, entryVersion)
+	b = binary.AppendUvarint(b, in.ID)
+	b = binary.AppendVarint(b, in.Time.Unix())
+	b = binary.AppendUvarint(b, uint64(in.Time.Nanosecond()))
+	b = binary.AppendUvarint(b, in.Group)
+	b = append(b, in.Root[:]...)
+	b = binary.AppendUvarint(b, uint64(len(in.Label)))
+	b = append(b, in.Label...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// DecodeEntry decodes a catalog entry; it never panics.
+func DecodeEntry(data []byte) (Info, error) {
+	var in Info
+	fail := func(format string, args ...any) (Info, error) {
+		return Info{}, fmt.Errorf("%w: %s", ErrBadEntry, fmt.Sprintf(format, args...))
+	}
+	if len(data) < len(entryMagic)+4 || string(data[:len(entryMagic)]) != entryMagic {
+		return fail("bad magic")
+	}
+	body := data[:len(data)-4]
+	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(data[len(data)-4:]); got != want {
+		return fail("checksum mismatch (crc32c %08x, stored %08x)", got, want)
+	}
+	b := body[len(entryMagic):]
+	var bad bool
+	uv := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	if v := uv(); !bad && v != entryVersion {
+		return fail("version %d, this wsfs reads version %d", v, entryVersion)
+	}
+	in.ID = uv()
+	sec, n := binary.Varint(b)
+	if n <= 0 {
+		return fail("truncated time")
+	}
+	b = b[n:]
+	nsec := uv()
+	in.Group = uv()
+	if bad || nsec >= 1e9 || len(b) < 32 {
+		return fail("truncated or out-of-range fields")
+	}
+	in.Time = time.Unix(sec, int64(nsec))
+	copy(in.Root[:], b)
+	b = b[32:]
+	ln := uv()
+	if bad || ln > MaxLabel || ln != uint64(len(b)) {
+		return fail("label of %d bytes with %d left", ln, len(b))
+	}
+	in.Label = string(b)
+	if in.ID == 0 {
+		return fail("id 0")
+	}
+	return in, nil
+}
+
+func readFile(fsys vfs.FS, path string) ([]byte, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// List returns the catalog sorted by ID (empty if there is none). A
+// damaged entry is an error naming its file (wrapping ErrBadEntry).
+func List(fsys vfs.FS, wsDir string) ([]Info, error) {
+	names, err := fsys.List(Dir(wsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: list catalog: %w", err)
+	}
+	var out []Info
+	for _, name := range names {
+		id, ok := parseEntryName(name)
+		if !ok {
+			continue
+		}
+		in, err := readEntry(fsys, wsDir, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed since the directory was listed
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func readEntry(fsys vfs.FS, wsDir string, id uint64) (Info, error) {
+	path := filepath.Join(Dir(wsDir), entryName(id))
+	b, err := readFile(fsys, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Info{}, fmt.Errorf("%w %d in %s", ErrNotFound, id, wsDir)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("snapshot: read %s: %w", path, err)
+	}
+	in, err := DecodeEntry(b)
+	if err != nil {
+		return Info{}, fmt.Errorf("snapshot: %s: %w", path, err)
+	}
+	if in.ID != id {
+		return Info{}, fmt.Errorf("snapshot: %s: %w: holds id %d", path, ErrBadEntry, in.ID)
+	}
+	return in, nil
+}
+
+// Get returns snapshot id of the workspace in wsDir (an error wrapping
+// ErrNotFound if there is none).
+func Get(fsys vfs.FS, wsDir string, id uint64) (Info, error) { return readEntry(fsys, wsDir, id) }
+
+// lockCatalog creates the catalog directory durably and takes its lock.
+func lockCatalog(fsys vfs.FS, wsDir string) (io.Closer, error) {
+	if err := mkdirDurable(fsys, Dir(wsDir)); err != nil {
+		return nil, fmt.Errorf("snapshot: create catalog: %w", err)
+	}
+	l, err := fsys.Lock(filepath.Join(Dir(wsDir), lockName))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: lock catalog of %s: %w", wsDir, err)
+	}
+	return l, nil
+}
+
+func mkdirDurable(fsys vfs.FS, dir string) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range missing {
+		if err := vfs.SyncDir(fsys, filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextID returns the ID a new entry gets. The catalog lock is held.
+func nextID(fsys vfs.FS, wsDir string) (uint64, error) {
+	names, err := fsys.List(Dir(wsDir))
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: list catalog: %w", err)
+	}
+	var max uint64
+	for _, name := range names {
+		if id, ok := parseEntryName(name); ok && id > max {
+			max = id
+		}
+	}
+	b, err := readFile(fsys, filepath.Join(Dir(wsDir), lastIDName))
+	switch {
+	case err == nil:
+		v, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if perr != nil {
+			return 0, fmt.Errorf("snapshot: %s: %w", filepath.Join(Dir(wsDir), lastIDName), perr)
+		}
+		if v > max {
+			max = v
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return 0, fmt.Errorf("snapshot: read last-id: %w", err)
+	}
+	return max + 1, nil
+}
+
+// publish adds entry in to the catalog durably. The catalog lock is held.
+func publish(fsys vfs.FS, wsDir string, in Info) error {
+	b := EncodeEntry(in)
+	return vfs.Publish(fsys, filepath.Join(Dir(wsDir), entryName(in.ID)), true, func(f vfs.File) error {
+		_, err := f.Write(b)
+		return err
+	})
+}
+
+// Remove deletes snapshot id from the catalog, durably. Its objects stay
+// in the pool until GC finds nothing else referencing them.
+func Remove(fsys vfs.FS, wsDir string, id uint64) error {
+	l, err := lockCatalog(fsys, wsDir)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return removeLocked(fsys, wsDir, id)
+}
+
+func removeLocked(fsys vfs.FS, wsDir string, id uint64) error {
+	if _, err := readEntry(fsys, wsDir, id); err != nil {
+		return err
+	}
+	next, err := nextID(fsys, wsDir)
+	if err != nil {
+		return err
+	}
+	if id == next-1 {
+		// The largest ID: remember it first, so that it is never handed
+		// out again (a crash between the two steps leaves both, which is
+		// fine).
+		if err := vfs.Publish(fsys, filepath.Join(Dir(wsDir), lastIDName), true, func(f vfs.File) error {
+			_, err := fmt.Fprintf(f, "%d\n", id)
+			return err
+		}); err != nil {
+			return fmt.Errorf("snapshot: remove %d: %w", id, err)
+		}
+	}
+	if err := fsys.Remove(filepath.Join(Dir(wsDir), entryName(id))); err != nil {
+		return fmt.Errorf("snapshot: remove %d: %w", id, err)
+	}
+	if err := vfs.SyncDir(fsys, Dir(wsDir)); err != nil {
+		return fmt.Errorf("snapshot: remove %d: %w", id, err)
+	}
+	return nil
+}
+
+// Retention says which snapshots Prune keeps: a snapshot is kept if it is
+// one of the KeepLast newest (by ID), or younger than KeepWithin at now.
+// Zero values keep nothing by that rule; Prune refuses a Retention that
+// keeps nothing at all (both zero), so that a typo cannot wipe a catalog.
+type Retention struct {
+	KeepLast   int
+	KeepWithin time.Duration
+}
+
+// Prune removes the snapshots the retention rule does not keep and
+// returns them.
+func Prune(fsys vfs.FS, wsDir string, r Retention, now time.Time) ([]Info, error) {
+	if r.KeepLast <= 0 && r.KeepWithin <= 0 {
+		return nil, errors.New("snapshot: prune needs --keep-last or --keep-within (refusing to remove every snapshot)")
+	}
+	l, err := lockCatalog(fsys, wsDir)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	all, err := List(fsys, wsDir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []Info
+	for i, in := range all {
+		newest := len(all) - i // 1 for the newest
+		if (r.KeepLast > 0 && newest <= r.KeepLast) || (r.KeepWithin > 0 && now.Sub(in.Time) < r.KeepWithin) {
+			continue
+		}
+		if err := removeLocked(fsys, wsDir, in.ID); err != nil {
+			return removed, err
+		}
+		removed = append(removed, in)
+	}
+	return removed, nil
+}
+
+// ParseRef splits "NAME@ID" into the workspace name and the snapshot ID.
+func ParseRef(ref string) (name string, id uint64, err error) {
+	name, s, ok := strings.Cut(ref, "@")
+	if !ok || name == "" || s == "" {
+		return "", 0, fmt.Errorf("%q is not NAME@ID", ref)
+	}
+	id, err = strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return "", 0, fmt.Errorf("%q: snapshot ID %q is not a positive number", ref, s)
+	}
+	return name, id, nil
+}

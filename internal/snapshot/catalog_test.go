@@ -1,0 +1,236 @@
+package snapshot
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"wsfs/internal/manifest"
+	"wsfs/internal/pool"
+	"wsfs/internal/workspace"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestEntryGolden(t *testing.T) {
+	in := Info{ID: 7, Label: "before refactor", Time: time.Unix(1764547200, 123456789), Group: 4242, Root: pool.Sum([]byte("root"))}
+	b := EncodeEntry(in)
+	path := filepath.Join("testdata", "entry-v1.golden")
+	if *update {
+		noErr(t, os.MkdirAll("testdata", 0o755))
+		noErr(t, os.WriteFile(path, b, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	noErr(t, err)
+	if !bytes.Equal(b, want) {
+		t.Fatalf("entry encoding changed")
+	}
+	got, err := DecodeEntry(want)
+	noErr(t, err)
+	if got.ID != in.ID || got.Label != in.Label || !got.Time.Equal(in.Time) || got.Group != in.Group || got.Root != in.Root {
+		t.Fatalf("decoded %+v, want %+v", got, in)
+	}
+	for i := range want {
+		bad := bytes.Clone(want)
+		bad[i] ^= 0x10
+		if _, err := DecodeEntry(bad); !errors.Is(err, ErrBadEntry) {
+			t.Fatalf("flipped byte %d: err = %v", i, err)
+		}
+	}
+	if _, err := DecodeEntry(want[:len(want)-1]); !errors.Is(err, ErrBadEntry) {
+		t.Fatalf("truncated: %v", err)
+	}
+}
+
+func FuzzDecodeEntry(f *testing.F) {
+	f.Add(EncodeEntry(Info{ID: 1, Time: time.Unix(0, 0)}))
+	f.Add(EncodeEntry(Info{ID: 9, Label: "x", Time: time.Unix(-5, 3), Group: 3}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in, err := DecodeEntry(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadEntry) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if !bytes.Equal(EncodeEntry(in), data) {
+			// Non-minimal varints could decode; they must still decode
+			// to the same entry after re-encoding.
+			in2, err := DecodeEntry(EncodeEntry(in))
+			if err != nil || in2.ID != in.ID || in2.Label != in.Label || !in2.Time.Equal(in.Time) {
+				t.Fatalf("re-encoding differs: %+v %+v %v", in, in2, err)
+			}
+		}
+	})
+}
+
+// catalogEnv is a workspace with one file and a helper to snapshot it.
+func catalogEnv(t *testing.T) (*env, func(label string, at time.Time) Info) {
+	e := memEnv(t)
+	w := e.open("w")
+	writeFile(t, w, workspace.RootIno, "f", []byte("hello"))
+	noErr(t, w.Close())
+	return e, func(label string, at time.Time) Info {
+		t.Helper()
+		in, _, err := CreateOffline(e.opts("w"), label, at)
+		noErr(t, err)
+		return in
+	}
+}
+
+func ids(t *testing.T, e *env) []uint64 {
+	t.Helper()
+	all, err := List(e.fs, e.wsDir("w"))
+	noErr(t, err)
+	var out []uint64
+	for _, in := range all {
+		out = append(out, in.ID)
+	}
+	return out
+}
+
+func TestCatalogCreateListRemove(t *testing.T) {
+	e, take := catalogEnv(t)
+	if got := ids(t, e); len(got) != 0 {
+		t.Fatalf("new workspace lists %v", got)
+	}
+	t0 := time.Unix(1764547200, 0)
+	a := take("first", t0)
+	b := take("", t0.Add(time.Second))
+	if a.ID != 1 || b.ID != 2 || a.Label != "first" {
+		t.Fatalf("ids %d, %d label %q", a.ID, b.ID, a.Label)
+	}
+	// The tree did not change: both snapshots name the same root.
+	if a.Root != b.Root || a.Group != b.Group {
+		t.Fatalf("unchanged workspace: roots %v %v groups %d %d", a.Root, b.Root, a.Group, b.Group)
+	}
+	got, err := Get(e.fs, e.wsDir("w"), 1)
+	noErr(t, err)
+	if got.Root != a.Root || !got.Time.Equal(t0) {
+		t.Fatalf("Get = %+v", got)
+	}
+	if _, err := Get(e.fs, e.wsDir("w"), 3); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(3) = %v", err)
+	}
+	// Removing the largest ID never lets it be reused.
+	noErr(t, Remove(e.fs, e.wsDir("w"), 2))
+	if c := take("third", t0); c.ID != 3 {
+		t.Fatalf("after removing 2, the next id is %d, want 3", c.ID)
+	}
+	noErr(t, Remove(e.fs, e.wsDir("w"), 3))
+	noErr(t, Remove(e.fs, e.wsDir("w"), 1))
+	if c := take("", t0); c.ID != 4 {
+		t.Fatalf("after removing everything, the next id is %d, want 4", c.ID)
+	}
+	if err := Remove(e.fs, e.wsDir("w"), 1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second remove: %v", err)
+	}
+	if _, _, err := CreateOffline(e.opts("w"), string(make([]byte, MaxLabel+1)), t0); err == nil {
+		t.Fatal("a label over MaxLabel was accepted")
+	}
+}
+
+func TestPrune(t *testing.T) {
+	now := time.Unix(1764547200, 0)
+	for _, tc := range []struct {
+		name string
+		r    Retention
+		keep []uint64
+		err  bool
+	}{
+		{"keep last 2", Retention{KeepLast: 2}, []uint64{4, 5}, false},
+		{"keep within 90m", Retention{KeepWithin: 90 * time.Minute}, []uint64{4, 5}, false},
+		{"keep within 3h30m", Retention{KeepWithin: 210 * time.Minute}, []uint64{2, 3, 4, 5}, false},
+		{"either rule keeps", Retention{KeepLast: 1, KeepWithin: 150 * time.Minute}, []uint64{3, 4, 5}, false},
+		{"keep last more than there are", Retention{KeepLast: 10}, []uint64{1, 2, 3, 4, 5}, false},
+		{"no rule", Retention{}, []uint64{1, 2, 3, 4, 5}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, take := catalogEnv(t)
+			// Snapshots taken 4h, 3h, 2h, 1h and 0h before now.
+			for i := 4; i >= 0; i-- {
+				take("", now.Add(-time.Duration(i)*time.Hour))
+			}
+			_, err := Prune(e.fs, e.wsDir("w"), tc.r, now)
+			if (err != nil) != tc.err {
+				t.Fatalf("err = %v", err)
+			}
+			if got := ids(t, e); !equalIDs(got, tc.keep) {
+				t.Fatalf("kept %v, want %v", got, tc.keep)
+			}
+		})
+	}
+}
+
+func equalIDs(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestParseRef(t *testing.T) {
+	for ref, want := range map[string]uint64{"ws-1@3": 3, "a@18446744073709551615": 1<<64 - 1} {
+		if _, id, err := ParseRef(ref); err != nil || id != want {
+			t.Errorf("%s: %d, %v", ref, id, err)
+		}
+	}
+	for _, bad := range []string{"ws", "ws@", "@1", "ws@0", "ws@x", "ws@-1"} {
+		if _, _, err := ParseRef(bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// TestCreateRefusesServedWorkspace: the offline path takes the workspace
+// lock, so it fails while the workspace is open elsewhere.
+func TestCreateRefusesServedWorkspace(t *testing.T) {
+	e := memEnv(t)
+	w := e.open("w")
+	defer w.Close()
+	if _, _, err := CreateOffline(e.opts("w"), "", time.Now()); err == nil {
+		t.Fatal("snapshot of a served workspace succeeded offline")
+	}
+}
+
+// TestForEachObject: every object a snapshot needs is listed (its tree
+// loads from a pool holding only those objects plus nothing else), and
+// objects only a removed snapshot needed are not.
+func TestForEachObject(t *testing.T) {
+	e := memEnv(t)
+	w := e.open("w")
+	d := must[workspace.Attr](t)(w.Mkdir(workspace.RootIno, "d", 0o755, me))
+	writeFile(t, w, d.Ino, "big", bytes.Repeat([]byte("x"), 100<<10)) // one object
+	writeFile(t, w, d.Ino, "huge", bytes.Repeat([]byte("y"), 3<<20))  // chunks
+	writeFile(t, w, workspace.RootIno, "small", []byte("s"))
+	noErr(t, w.Close())
+	a := must[Info](t)(func() (Info, error) { in, _, err := CreateOffline(e.opts("w"), "a", time.Now()); return in, err }())
+	listed := map[pool.ID]bool{}
+	noErr(t, ForEachObject(e.fs, e.wsDir("w"), e.pool, func(id pool.ID) { listed[id] = true }))
+	// 1 root + 2 manifests + 1 object + 3 chunks (equal chunks dedup to 1).
+	var need []pool.ID
+	noErr(t, manifest.ForEachObject(&manifest.PoolStore{Pool: e.pool}, a.Root, nil, func(id pool.ID) { need = append(need, id) }))
+	for _, id := range need {
+		if !listed[id] {
+			t.Fatalf("object %s needed by the snapshot is not listed", id)
+		}
+	}
+	if len(listed) != 5 {
+		t.Fatalf("listed %d objects, want 5 (root, 2 manifests, 1 object, 1 distinct chunk)", len(listed))
+	}
+	noErr(t, Remove(e.fs, e.wsDir("w"), a.ID))
+	n := 0
+	noErr(t, ForEachObject(e.fs, e.wsDir("w"), e.pool, func(pool.ID) { n++ }))
+	if n != 0 {
+		t.Fatalf("after removing the only snapshot, %d objects listed", n)
+	}
+}

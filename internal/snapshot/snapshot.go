@@ -1,0 +1,282 @@
+package snapshot
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+
+	"wsfs/internal/manifest"
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+	"wsfs/internal/seglog"
+	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
+)
+
+// Create stores tree t (the still, durable tree of the workspace in wsDir
+// at the end of group) as manifests in pool p, makes them durable, and
+// publishes a catalog entry durably. It returns the new entry once all of
+// that is done: the snapshot then survives a crash. t must stay still for
+// the call (see workspace.StillTree).
+func Create(fsys vfs.FS, wsDir string, p *pool.Pool, t *namespace.Tree, group uint64, label string, now time.Time) (Info, manifest.BuildStats, error) {
+	if len(label) > MaxLabel {
+		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: label of %d bytes (at most %d)", len(label), MaxLabel)
+	}
+	st := &manifest.PoolStore{Pool: p}
+	root, stats, err := manifest.Build(t, st)
+	if err != nil {
+		return Info{}, stats, fmt.Errorf("snapshot: build manifests: %w", err)
+	}
+	in, err := publishNew(fsys, wsDir, st, root, group, label, now)
+	return in, stats, err
+}
+
+// openOffline opens the workspace of opts; a served workspace is an error
+// wrapping vfs.ErrLocked.
+func openOffline(opts workspace.Options) (*workspace.Workspace, error) {
+	return workspace.Open(opts)
+}
+
+// CreateOffline opens the workspace of opts (taking its lock: it fails
+// with an error wrapping vfs.ErrLocked while a daemon serves it), takes a
+// snapshot of its durable state and closes it.
+func CreateOffline(opts workspace.Options, label string, now time.Time) (Info, manifest.BuildStats, error) {
+	w, err := openOffline(opts)
+	if err != nil {
+		return Info{}, manifest.BuildStats{}, err
+	}
+	var in Info
+	var stats manifest.BuildStats
+	err = w.StillTree(func(t *namespace.Tree, group uint64) error {
+		var err error
+		in, stats, err = Create(fsOf(opts), opts.Dir, opts.Pool, t, group, label, now)
+		return err
+	})
+	if cerr := w.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return Info{}, stats, err
+	}
+	return in, stats, nil
+}
+
+// CreateServing takes a snapshot of workspace w while it serves (the
+// daemon's online path): it contains every operation completed before the
+// call (committed first) and is durable when it returns. Its manifests
+// come from workspace.DurableManifest: after the first snapshot of the
+// process only the directories changed since the previous one are
+// encoded, and commits wait only for that; the rest (sync, catalog entry)
+// runs beside them.
+func CreateServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Pool, label string, now time.Time) (Info, manifest.BuildStats, error) {
+	if len(label) > MaxLabel {
+		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: label of %d bytes (at most %d)", len(label), MaxLabel)
+	}
+	st := &manifest.PoolStore{Pool: p}
+	root, group, stats, err := w.DurableManifest(st)
+	var missing *pool.MissingObjectError
+	if errors.As(err, &missing) {
+		// A cached manifest was removed (GC after its snapshots went):
+		// the cache is invalid now, and this build is a full one.
+		st = &manifest.PoolStore{Pool: p}
+		root, group, stats, err = w.DurableManifest(st)
+	}
+	if err != nil {
+		return Info{}, stats, fmt.Errorf("snapshot: build manifests: %w", err)
+	}
+	in, err := publishNew(fsys, wsDir, st, root, group, label, now)
+	return in, stats, err
+}
+
+// publishNew syncs the manifests st put or reused, allocates an ID and
+// publishes the catalog entry durably.
+func publishNew(fsys vfs.FS, wsDir string, st *manifest.PoolStore, root pool.ID, group uint64, label string, now time.Time) (Info, error) {
+	// Contents are durable already (committed groups synced them); the
+	// manifests are not until this sync.
+	if err := st.Sync(); err != nil {
+		// A failed sync proves nothing when retried (fsyncgate): rewrite
+		// the objects it names from verified bytes, so that a later
+		// snapshot reusing them (the daemon's cache) finds them whole.
+		var se *pool.SyncError
+		if errors.As(err, &se) {
+			for _, id := range se.Republish {
+				if rerr := st.Pool.Republish(id); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
+		}
+		return Info{}, fmt.Errorf("snapshot: sync manifests: %w", err)
+	}
+	l, err := lockCatalog(fsys, wsDir)
+	if err != nil {
+		return Info{}, err
+	}
+	defer l.Close()
+	id, err := nextID(fsys, wsDir)
+	if err != nil {
+		return Info{}, err
+	}
+	in := Info{ID: id, Label: label, Time: now, Group: group, Root: root}
+	if err := publish(fsys, wsDir, in); err != nil {
+		return Info{}, fmt.Errorf("snapshot: publish catalog entry: %w", err)
+	}
+	return in, nil
+}
+
+func fsOf(opts workspace.Options) vfs.FS {
+	if opts.FS == nil {
+		return vfs.Default
+	}
+	return opts.FS
+}
+
+// Fork creates a new workspace in newDir (which must not exist) from
+// snapshot id of the workspace in srcDir, in time independent of the
+// tree's size: its first checkpoint is a manifest reference to the
+// snapshot's root (manifest.EncodeRef), so it shares every manifest and
+// content object in the pool and copies none; its first Open loads the
+// tree from the manifests (and verifies them). Inode numbers are the
+// snapshot's. The new directory appears atomically (built under a temp
+// name beside it, then renamed and the parent synced): after a crash it
+// either exists complete or not at all (a leftover temp named
+// .tmp-fork-* may remain).
+func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (Info, error) {
+	in, err := Get(fsys, srcDir, id)
+	if err != nil {
+		return Info{}, err
+	}
+	if _, err := fsys.Stat(newDir); err == nil {
+		return Info{}, fmt.Errorf("snapshot: fork: %s: %w", newDir, fs.ErrExist)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
+	}
+	// The root object must be there (the rest is verified by Open).
+	r, err := manifest.ReadRoot(&manifest.PoolStore{Pool: p}, in.Root)
+	if err != nil {
+		return Info{}, fmt.Errorf("snapshot: fork from %d: %w", id, err)
+	}
+	var rnd [6]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return Info{}, err
+	}
+	tmp := filepath.Join(filepath.Dir(newDir), vfs.TempPrefix+"fork-"+filepath.Base(newDir)+"-"+hex.EncodeToString(rnd[:]))
+	if err := mkdirDurable(fsys, tmp); err != nil {
+		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
+	}
+	// Group 0: the new log starts at group 1, after the checkpoint.
+	if err := seglog.WriteCheckpoint(fsys, filepath.Join(tmp, "checkpoint"), 0, manifest.EncodeRef(in.Root, r.NextIno)); err != nil {
+		_ = fsys.RemoveAll(tmp)
+		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
+	}
+	if err := fsys.Rename(tmp, newDir); err != nil {
+		_ = fsys.RemoveAll(tmp)
+		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
+	}
+	if err := vfs.SyncDir(fsys, filepath.Dir(newDir)); err != nil {
+		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
+	}
+	return in, nil
+}
+
+// Restore returns the workspace of opts (offline: it takes the workspace
+// lock) to snapshot id. It first takes a snapshot of the state it
+// replaces (returned as before), so a restore is undone by restoring
+// that one. It then loads the snapshot's whole tree once (so that a
+// damaged snapshot is refused before anything changes) and publishes a
+// manifest reference to it as the checkpoint of the last committed group
+// G (durably, replacing any checkpoint of G atomically): recovery finds
+// it and replays only groups after G. Inode numbers are the snapshot's;
+// the next inode number never goes down.
+func Restore(opts workspace.Options, id uint64, now time.Time) (before, target Info, err error) {
+	fsys := fsOf(opts)
+	target, err = Get(fsys, opts.Dir, id)
+	if err != nil {
+		return Info{}, Info{}, err
+	}
+	w, err := openOffline(opts)
+	if err != nil {
+		return Info{}, Info{}, err
+	}
+	err = w.StillTree(func(t *namespace.Tree, group uint64) error {
+		var err error
+		before, _, err = Create(fsys, opts.Dir, opts.Pool, t, group, fmt.Sprintf("before restore to %d", id), now)
+		if err != nil {
+			return err
+		}
+		if _, _, err := manifest.LoadTree(&manifest.PoolStore{Pool: opts.Pool}, target.Root); err != nil {
+			return fmt.Errorf("snapshot: restore %d: %w", id, err)
+		}
+		return seglog.WriteCheckpoint(fsys, filepath.Join(opts.Dir, "checkpoint"), group, manifest.EncodeRef(target.Root, uint64(t.NextIno())))
+	})
+	// The open workspace's tree is stale now; closing it writes nothing
+	// (no operation ran).
+	if cerr := w.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return before, target, err
+}
+
+// Diff compares snapshot a with snapshot b of the same workspace.
+func Diff(p *pool.Pool, a, b Info) ([]manifest.Change, error) {
+	return manifest.Diff(&manifest.PoolStore{Pool: p}, a.Root, b.Root)
+}
+
+// DiffLive compares snapshot a with the durable tree of the workspace of
+// opts (opened offline). The live tree's manifests are built in memory
+// only; unchanged subtrees have the snapshot's IDs and are skipped.
+func DiffLive(opts workspace.Options, a Info) ([]manifest.Change, error) {
+	w, err := openOffline(opts)
+	if err != nil {
+		return nil, err
+	}
+	var out []manifest.Change
+	err = w.StillTree(func(t *namespace.Tree, group uint64) error {
+		var err error
+		out, err = DiffTree(opts.Pool, a, t)
+		return err
+	})
+	if cerr := w.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return out, err
+}
+
+// DiffTree compares snapshot a with tree t (still for the call). t's
+// manifests are built in memory only; its unchanged subtrees have the
+// snapshot's IDs and are skipped.
+func DiffTree(p *pool.Pool, a Info, t *namespace.Tree) ([]manifest.Change, error) {
+	st := &manifest.MemStore{Under: &manifest.PoolStore{Pool: p}}
+	live, _, err := manifest.Build(t, st)
+	if err != nil {
+		return nil, err
+	}
+	return manifest.Diff(st, a.Root, live)
+}
+
+// ForEachObject calls fn for every pool object the snapshots of the
+// workspace in wsDir reference: each root object, every directory
+// manifest and every content object (holes excluded). A manifest shared
+// by several snapshots is walked once. For pool GC: the lead's GC marks
+// these besides the workspace's own tree. It reads the catalog without
+// the workspace lock (a snapshot removed meanwhile is skipped; one created
+// meanwhile is protected by the pool's grace period, since Create puts or
+// protects every manifest it references). An unreadable manifest is an
+// error, so that GC stops before removing anything.
+func ForEachObject(fsys vfs.FS, wsDir string, p *pool.Pool, fn func(pool.ID)) error {
+	all, err := List(fsys, wsDir)
+	if err != nil {
+		return err
+	}
+	st := &manifest.PoolStore{Pool: p}
+	visited := map[pool.ID]bool{}
+	for _, in := range all {
+		if err := manifest.ForEachObject(st, in.Root, visited, fn); err != nil {
+			return fmt.Errorf("snapshot %d of %s: %w", in.ID, wsDir, err)
+		}
+	}
+	return nil
+}

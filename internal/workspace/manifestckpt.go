@@ -1,0 +1,67 @@
+package workspace
+
+import (
+	"fmt"
+
+	"wsfs/internal/manifest"
+	"wsfs/internal/namespace"
+	"wsfs/internal/pool"
+)
+
+// A checkpoint payload is either the namespace encoding (the tree itself)
+// or a manifest reference (manifest.EncodeRef: the tree named by a
+// snapshot's manifest root), which fork and restore publish so that their
+// cost does not depend on the tree's size. See docs/format.md.
+
+// decodeCheckpoint builds the live tree and the durable shadow (two
+// independent trees) from a checkpoint payload. For a manifest
+// reference it remembers the root, so that ForEachObject keeps its
+// manifests from GC while the checkpoint may still be read.
+func (w *Workspace) decodeCheckpoint(payload []byte) (tree, shadow *namespace.Tree, err error) {
+	if !manifest.IsRef(payload) {
+		if tree, err = namespace.DecodeCheckpoint(payload); err == nil {
+			shadow, err = namespace.DecodeCheckpoint(payload)
+		}
+		return tree, shadow, err
+	}
+	root, minNext, err := manifest.DecodeRef(payload)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tree, _, err = manifest.LoadTreeMin(&manifest.PoolStore{Pool: w.pool}, root, namespace.Ino(minNext)); err == nil {
+		shadow, err = cloneTree(tree)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint names manifest root %s: %w", root, err)
+	}
+	w.manifestRoot, w.hasManifestRoot = root, true
+	return tree, shadow, nil
+}
+
+// DecodeCheckpointPayload rebuilds the tree of a checkpoint payload of
+// either form (for readers of a workspace's durable state other than
+// Open: GC, fsck). Manifests are read from p.
+func DecodeCheckpointPayload(p *pool.Pool, payload []byte) (*namespace.Tree, error) {
+	if !manifest.IsRef(payload) {
+		return namespace.DecodeCheckpoint(payload)
+	}
+	root, minNext, err := manifest.DecodeRef(payload)
+	if err != nil {
+		return nil, err
+	}
+	t, _, err := manifest.LoadTreeMin(&manifest.PoolStore{Pool: p}, root, namespace.Ino(minNext))
+	return t, err
+}
+
+// forEachManifestObject lists the manifests (and contents) of the
+// manifest root the workspace was opened from, if any. A manifest that
+// can no longer be read is skipped: there is nothing left to protect.
+func (w *Workspace) forEachManifestObject(fn func(pool.ID)) {
+	if w.hasManifestRoot {
+		_ = manifest.ForEachObject(&manifest.PoolStore{Pool: w.pool}, w.manifestRoot, nil, fn)
+	}
+}
+
+// cloneTree returns an independent copy of a still tree (see
+// namespace.Tree.Clone).
+func cloneTree(t *namespace.Tree) (*namespace.Tree, error) { return t.Clone(), nil }
