@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 	"wsfs/internal/layout"
+	"wsfs/internal/mountinfo"
 
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
@@ -217,7 +218,7 @@ func backdate(t *testing.T, poolDir string, age time.Duration) {
 func stubMounts(t *testing.T) {
 	t.Helper()
 	orig := mountsForCheck
-	mountsForCheck = func() ([]layout.Mount, error) { return nil, nil }
+	mountsForCheck = func() ([]mountinfo.Mount, error) { return nil, nil }
 	t.Cleanup(func() { mountsForCheck = orig })
 }
 

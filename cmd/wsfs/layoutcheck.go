@@ -8,11 +8,12 @@ import (
 
 	"wsfs/internal/host"
 	"wsfs/internal/layout"
+	"wsfs/internal/mountinfo"
 )
 
 // mountsForCheck reads the mount table; a variable so that tests can
 // present a layout whose filesystems are not mounted without root.
-var mountsForCheck = layout.Mounts
+var mountsForCheck = mountinfo.Read
 
 // checkLayoutMounted refuses (a preconditionError) when the host has a
 // dedicated layout (HOME/layout/layout.json) and one of its filesystems is
@@ -37,7 +38,7 @@ func checkLayoutMounted(h *host.Host) error {
 		return err
 	}
 	for _, f := range rec.Filesystems {
-		if _, ok := layout.MountedAt(mounts, f.MountPoint); !ok {
+		if _, ok := mountinfo.At(mounts, f.MountPoint); !ok {
 			return preconditionError{fmt.Errorf("the layout's %s filesystem (%s) is not mounted at %s, so %s is only the directory "+
 				"underneath it: run `wsfs layout create --home %s` to re-attach and mount it (`wsfs layout status` shows the layout)",
 				f.Role, f.Image, f.MountPoint, f.MountPoint, h.Home())}

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
@@ -31,9 +33,9 @@ import (
 //	-> {"op":"snapshot","label":"..."}
 //	<- {"id":3,"group":120,"root":"<hex>","dirs":..,"entries":..,"bytes":..} | {"error":"..."}
 //
-// The socket file is created by the daemon's user with its umask (only
-// that user, or root, can connect); an abstract socket has no permissions,
-// and the only thing it offers is taking a snapshot.
+// The socket file lives in the private workspace directory; an abstract
+// socket has no permissions, so the daemon checks every client's
+// credentials (SO_PEERCRED): only root and the daemon's own user may ask.
 
 const controlSocketName = "control.sock"
 
@@ -91,10 +93,16 @@ func startSnapshotControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, l
 			go func() {
 				defer wg.Done()
 				defer c.Close()
+				// A client that connects and says nothing must not hold
+				// the daemon's stop (which waits for open requests).
+				c.SetReadDeadline(time.Now().Add(controlReadTimeout))
 				var req controlRequest
+				perr := peerAllowed(c)
 				line, err := bufio.NewReader(c).ReadBytes('\n')
 				var rep controlReply
 				switch {
+				case perr != nil:
+					rep.Error = perr.Error()
 				case err != nil:
 					rep.Error = "read request: " + err.Error()
 				case json.Unmarshal(line, &req) != nil:
@@ -128,6 +136,37 @@ func startSnapshotControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, l
 			os.Remove(path)
 		}
 	}, nil
+}
+
+// controlReadTimeout bounds how long the daemon waits for a request line
+// (a variable for tests).
+var controlReadTimeout = 10 * time.Second
+
+// peerAllowed refuses a client that is neither root nor the daemon's own
+// user (SO_PEERCRED): an abstract socket has no file permissions.
+func peerAllowed(c net.Conn) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return errors.New("control socket: not a unix connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	if cerr != nil {
+		return fmt.Errorf("control socket: peer credentials: %w", cerr)
+	}
+	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
+		return fmt.Errorf("permission denied: uid %d may not take snapshots of this workspace (only root or uid %d)", cred.Uid, os.Geteuid())
+	}
+	return nil
 }
 
 // errNoControl: no daemon answers on the control socket.

@@ -267,8 +267,8 @@ func New(log Log, objs Objects, opts Options) *Committer {
 	if opts.SyncParallelism <= 0 {
 		opts.SyncParallelism = defaultSyncParallelism
 	}
-	if opts.Drain != DrainEntry && opts.Drain != DrainSyncFS {
-		panic(fmt.Sprintf("commit: invalid drain mode %v", opts.Drain))
+	if err := opts.Drain.Valid(); err != nil {
+		panic(err) // a caller's bug: workspace.Open checks Valid first
 	}
 	if opts.Clock == nil {
 		opts.Clock = SystemClock{}

@@ -32,6 +32,14 @@ func ParseDrain(s string) (Drain, error) {
 	return 0, fmt.Errorf("commit: unknown drain mode %q: want \"entry\" (sync the group's own objects, the default) or \"syncfs\" (legacy: syncfs of the pool and state filesystems)", s)
 }
 
+// Valid returns nil for a drain mode New accepts, else an error naming it.
+func (d Drain) Valid() error {
+	if d != DrainEntry && d != DrainSyncFS {
+		return fmt.Errorf("commit: unknown drain mode %d (use commit.ParseDrain)", int(d))
+	}
+	return nil
+}
+
 // String returns "entry" or "syncfs" (or "Drain(n)" for an invalid value).
 func (d Drain) String() string {
 	switch d {

@@ -137,22 +137,11 @@ func (r *rawFS) done(op int, start time.Time, st *fuse.Status) {
 	r.ops[op].Done(start, *st != fuse.OK && *st != fuse.ENOENT)
 }
 
+// caller is the identity of the process that sent h. The engine applies
+// BSD group semantics in set-group-ID directories (workspace.create), under
+// the parent's lock.
 func caller(h *fuse.InHeader) workspace.Caller {
 	return workspace.Caller{Uid: h.Uid, Gid: h.Gid}
-}
-
-// creator is the owner of a node created in parent by the caller of h, and
-// whether parent is set-group-ID. The kernel leaves BSD group semantics to
-// FUSE file systems: in a set-group-ID directory new nodes take the
-// directory's group, and new directories inherit the bit (as ext4 does).
-func (r *rawFS) creator(parent workspace.Ino, h *fuse.InHeader) (workspace.Caller, bool) {
-	c := caller(h)
-	a, err := r.ws.GetAttr(parent)
-	if err != nil || a.Mode&syscall.S_ISGID == 0 {
-		return c, false // a missing parent fails in the create itself
-	}
-	c.Gid = a.Gid
-	return c, true
 }
 
 // wireTime converts a timestamp to the (seconds, nanoseconds) pair of the
@@ -276,7 +265,7 @@ func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.At
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer r.done(opMknod, time.Now(), &st)
-	c, _ := r.creator(workspace.Ino(in.NodeId), &in.InHeader)
+	c := caller(&in.InHeader)
 	a, err := r.ws.Mknod(workspace.Ino(in.NodeId), name, in.Mode, in.Rdev, c)
 	if err != nil {
 		return r.status("mknod", err)
@@ -289,11 +278,7 @@ func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out
 	defer r.done(opMkdir, time.Now(), &st)
 	// The kernel sends permission bits only (umask applied).
 	mode := in.Mode & 0o7777
-	c, sgid := r.creator(workspace.Ino(in.NodeId), &in.InHeader)
-	if sgid {
-		mode |= syscall.S_ISGID
-	}
-	a, err := r.ws.Mkdir(workspace.Ino(in.NodeId), name, mode, c)
+	a, err := r.ws.Mkdir(workspace.Ino(in.NodeId), name, mode, caller(&in.InHeader))
 	if err != nil {
 		return r.status("mkdir", err)
 	}
@@ -330,7 +315,7 @@ func (r *rawFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *
 
 func (r *rawFS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer r.done(opSymlink, time.Now(), &st)
-	c, _ := r.creator(workspace.Ino(h.NodeId), h)
+	c := caller(h)
 	a, err := r.ws.Symlink(workspace.Ino(h.NodeId), name, target, c)
 	if err != nil {
 		return r.status("symlink", err)
@@ -370,7 +355,7 @@ func (r *rawFS) file(fh uint64) *openFile {
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) (st fuse.Status) {
 	defer r.done(opCreate, time.Now(), &st)
 	parent := workspace.Ino(in.NodeId)
-	c, _ := r.creator(parent, &in.InHeader)
+	c := caller(&in.InHeader)
 	a, err := r.ws.Create(parent, name, in.Mode, c)
 	if err != nil && in.Flags&syscall.O_EXCL == 0 && r.status("create", err) == fuse.Status(syscall.EEXIST) {
 		a, err = r.ws.Lookup(parent, name)

@@ -6,63 +6,46 @@
 // served concurrently, each in its own goroutine; a read of committed data
 // never waits for a commit.
 //
-// Mount options and why. Measured with BenchmarkSmallFiles (2,000 files of
-// 4 KiB) and BenchmarkLargeRead on a shared 2-vCPU VM, Linux 6.18; times
-// there are noisy, so the decisions rest on FUSE requests per file, which
-// are exact:
-//
-//	                        create  read back  stat+read after 1.2s idle  read after remount
-//	timeouts 1s             6       3          3 (LOOKUP again)           4
-//	timeouts 60s (default)  6       3          2                          4
-//	60s + writeback cache   7       3          4                          5
-//
-// (create: LOOKUP, CREATE, GETATTR, WRITE, FLUSH, RELEASE; read back:
-// OPEN, GETATTR, RELEASE, served from the page cache.)
+// Mount options and why (the measurements behind each, with request counts
+// per file, are in docs/benchmarks.md, "FUSE mount options"; TestRoundTrips
+// pins the counts):
 //
 //   - default_permissions: the kernel checks permissions from the
 //     attributes, so no ACCESS round trips and no checks in the adapter.
 //   - allow_other (as root): the agent may run as another user.
 //   - entry/attribute/negative timeouts of 60s: wsfs is the only writer of
 //     its tree and every change passes through this kernel, which updates
-//     or drops its cached entries itself. 1s timeouts cost a LOOKUP per
-//     path component for every access more than 1s after the last one
-//     (stat+read after idle: 40 vs 17 us per file in one run).
+//     or drops its cached entries itself; short timeouts cost a LOOKUP per
+//     path component for every access after a pause.
 //   - explicit data cache control plus FOPEN_KEEP_CACHE for unchanged files
 //     (io.go), FOPEN_NOFLUSH for read-only opens: a file read back after it
-//     was written costs OPEN and an asynchronous RELEASE, no READ, no FLUSH
-//     (TestRoundTrips pins this).
+//     was written costs OPEN and an asynchronous RELEASE, no READ, no FLUSH.
 //   - writeback cache off by default: it adds a SETATTR per written file
-//     (7 requests instead of 6) and a FLUSH per read-only close (the
-//     kernel ignores FOPEN_NOFLUSH with it), excludes passthrough, and
-//     leaves file mtimes at the time the daemon receives the data. It wins
-//     for files written in many small writes: 1 MiB in 4 KiB writes took
-//     3.9 ms and 5 requests with it against 15.3 ms and 261 requests
-//     without; in 64-byte writes 216 ms against 397 ms. The stress agent
-//     and most tools write a small file in one write(2), so the default
-//     favours them; Options.Writeback (wsfs mount --writeback) turns it on.
-//   - passthrough off by default although it reads a 64 MiB pooled file
-//     at 2.45 GB/s against 0.89 GB/s through the daemon: while a
-//     passthrough reader is open, the kernel forbids every other kind of
-//     open of the file, so a writer would get ETXTBSY (see inodeIO).
+//     and a FLUSH per read-only close (the kernel ignores FOPEN_NOFLUSH
+//     with it), excludes passthrough, and leaves file mtimes at the time
+//     the daemon receives the data. It wins for files written in many
+//     small writes; agents and most tools write a small file in one
+//     write(2), so the default favours them; Options.Writeback (wsfs mount
+//     --writeback) turns it on.
+//   - passthrough off by default although it reads pooled files several
+//     times faster: while a passthrough reader is open, the kernel forbids
+//     every other kind of open of the file, so a writer would get ETXTBSY
+//     (see inodeIO).
 //   - MaxWrite 1 MiB, MaxBackground 64, concurrent dispatch (never
 //     SingleThreaded).
 //   - no lock capabilities: flock and fcntl locks stay in the kernel
 //     (TestLocks).
 //   - Each write(2) also costs one GETXATTR "security.capability" round
 //     trip that the kernel sends and go-fuse answers (IgnoreSecurityLabels);
-//     only disabling xattrs altogether would remove it. Negotiating
-//     HANDLE_KILLPRIV_V2 (go-fuse passes it through ExtraCapabilities)
-//     does not: the kernel then skips the check only on inodes it has
-//     already checked once (S_NOSEC), and a file written once per open
-//     still sent one GETXATTR per file (20 for 20 files, measured), while
-//     the adapter would have to clear suid/sgid on write and truncate.
+//     only disabling xattrs altogether would remove it. HANDLE_KILLPRIV_V2
+//     does not (the kernel still sends one per file written once per open),
+//     and the adapter would then have to clear suid/sgid on write and
+//     truncate.
 package fusefs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"os"
@@ -78,6 +61,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"wsfs/internal/metrics"
+	"wsfs/internal/mountinfo"
 	"wsfs/internal/workspace"
 )
 
@@ -385,7 +369,7 @@ func CheckMountpoint(mp string) error {
 	case !st.IsDir():
 		return precondition("mount point %s is not a directory", mp)
 	}
-	mounted, err := isMountpoint(mp)
+	mounted, err := mountinfo.IsMountPoint(mp)
 	if err != nil {
 		return err
 	}
@@ -403,57 +387,6 @@ func CheckMountpoint(mp string) error {
 	return nil
 }
 
-// isMountpoint looks mp up in /proc/self/mountinfo (field 5, octal escaped).
-func isMountpoint(mp string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("read mount table: %w", err)
-	}
-	defer f.Close()
-	return mountinfoHas(f, mp)
-}
-
-func mountinfoHas(rd io.Reader, mp string) (bool, error) {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == mp {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountinfo undoes the kernel's \ooo escapes of space, tab, newline
-// and backslash.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			var v byte
-			ok := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + (c - '0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // slogWriter routes go-fuse's log.Logger output to slog.
 type slogWriter struct{ l *slog.Logger }
 
@@ -468,75 +401,40 @@ func MountSource(name string) string { return "wsfs:" + name }
 // Mounts returns the mount points where workspace name is mounted, from
 // /proc/self/mountinfo (a dead daemon's mount included).
 func Mounts(name string) ([]string, error) {
-	es, err := readMountinfo()
+	ms, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	return mountsOf(es, MountSource(name)), nil
+	return mountsOf(ms, MountSource(name)), nil
 }
 
 // WsfsMountPoints returns every wsfs mount point of the mount table (of
 // any workspace and host, dead ones included).
 func WsfsMountPoints() ([]string, error) {
-	es, err := readMountinfo()
+	ms, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, e := range es {
-		if e.wsfs() {
-			out = append(out, e.point)
+	for _, m := range ms {
+		if isWsfs(m) {
+			out = append(out, m.Point)
 		}
 	}
 	return out, nil
 }
 
-// mountEntry is one line of /proc/self/mountinfo.
-type mountEntry struct{ point, fstype, source string }
-
-// wsfs reports whether the mount is a wsfs mount (fstype fuse.wsfs, source
+// isWsfs reports whether m is a wsfs mount (fstype fuse.wsfs, source
 // wsfs:NAME).
-func (e mountEntry) wsfs() bool {
-	return strings.HasPrefix(e.fstype, "fuse") && strings.HasPrefix(e.source, MountSource(""))
+func isWsfs(m mountinfo.Mount) bool {
+	return strings.HasPrefix(m.FSType, "fuse") && strings.HasPrefix(m.Source, MountSource(""))
 }
 
-func readMountinfo() ([]mountEntry, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
-	}
-	defer f.Close()
-	return parseMountinfo(f)
-}
-
-// parseMountinfo parses mountinfo lines: field 5 is the mount point; after
-// the "-" separator come the fs type and the source. Lines are in mount
-// order, so of several mounts at one point the last is on top.
-func parseMountinfo(rd io.Reader) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, f := range fields {
-			if f == "-" && i+2 < len(fields) && len(fields) > 4 {
-				out = append(out, mountEntry{
-					point:  unescapeMountinfo(fields[4]),
-					fstype: fields[i+1],
-					source: unescapeMountinfo(fields[i+2]),
-				})
-				break
-			}
-		}
-	}
-	return out, sc.Err()
-}
-
-func mountsOf(es []mountEntry, source string) []string {
+func mountsOf(ms []mountinfo.Mount, source string) []string {
 	var out []string
-	for _, e := range es {
-		if strings.HasPrefix(e.fstype, "fuse") && e.source == source {
-			out = append(out, e.point)
+	for _, m := range ms {
+		if strings.HasPrefix(m.FSType, "fuse") && m.Source == source {
+			out = append(out, m.Point)
 		}
 	}
 	return out
@@ -592,30 +490,25 @@ type DeadMount struct {
 func DetachDead(mp string) ([]DeadMount, error) {
 	var out []DeadMount
 	for range 8 {
-		es, err := readMountinfo()
+		ms, err := mountinfo.Read()
 		if err != nil {
 			return out, err
 		}
-		var top *mountEntry
-		for i := range es {
-			if es[i].point == mp {
-				top = &es[i]
-			}
-		}
-		if top == nil || !top.wsfs() {
+		top, ok := mountinfo.At(ms, mp)
+		if !ok || !isWsfs(top) {
 			return out, nil
 		}
 		dead, err := Probe(mp, ProbeTimeout)
 		if err != nil {
-			return out, precondition("mount point %s holds a wsfs mount (%s) whose daemon does not answer (%v): stop that daemon, or detach the mount with umount -l %s", mp, top.source, err, mp)
+			return out, precondition("mount point %s holds a wsfs mount (%s) whose daemon does not answer (%v): stop that daemon, or detach the mount with umount -l %s", mp, top.Source, err, mp)
 		}
 		if !dead {
 			return out, nil
 		}
 		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
-			return out, fmt.Errorf("detach the dead mount %s (%s): %w", mp, top.source, err)
+			return out, fmt.Errorf("detach the dead mount %s (%s): %w", mp, top.Source, err)
 		}
-		out = append(out, DeadMount{Point: mp, Source: top.source})
+		out = append(out, DeadMount{Point: mp, Source: top.Source})
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"wsfs/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,23 +55,12 @@ func TestMountedTwice(t *testing.T) {
 	}
 }
 
-func TestMountinfoUnescape(t *testing.T) {
-	line := `36 35 0:31 / /tmp/a\040b\134c rw,relatime shared:1 - fuse.wsfs wsfs:x rw` + "\n"
-	ok, err := mountinfoHas(strings.NewReader(line), `/tmp/a b\c`)
-	if err != nil || !ok {
-		t.Fatalf("escaped mount point not found: %v %v", ok, err)
-	}
-	if ok, _ := mountinfoHas(strings.NewReader(line), "/tmp/a"); ok {
-		t.Fatal("prefix matched")
-	}
-}
-
 func TestMountsOf(t *testing.T) {
 	info := "36 35 0:31 / /mnt/ws\\0401 rw - fuse.wsfs wsfs:a rw\n" +
 		"37 35 0:32 / /mnt/b rw - fuse.wsfs wsfs:b rw\n" +
 		"38 35 0:33 / /mnt/a2 rw shared:3 - fuse.wsfs wsfs:a rw\n" +
 		"39 35 8:1 / / rw - ext4 /dev/sda1 rw\n"
-	es, err := parseMountinfo(strings.NewReader(info))
+	es, err := mountinfo.Parse(strings.NewReader(info))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +68,7 @@ func TestMountsOf(t *testing.T) {
 	if len(got) != 2 || got[0] != "/mnt/ws 1" || got[1] != "/mnt/a2" {
 		t.Fatalf("mounts of a: %q", got)
 	}
-	if n := len(es); n != 4 || !es[1].wsfs() || es[3].wsfs() {
+	if n := len(es); n != 4 || !isWsfs(es[1]) || isWsfs(es[3]) {
 		t.Fatalf("entries: %+v", es)
 	}
 }

@@ -66,8 +66,8 @@ func DefaultConfig() Config {
 // DirPerm and FilePerm are the modes of the host's private directories and
 // files: only the user running wsfs may read them.
 const (
-	DirPerm  = 0o700
-	FilePerm = 0o600
+	DirPerm  = vfs.PrivateDir
+	FilePerm = vfs.PrivateFile
 )
 
 // publicDirPerm is the mode of HOME and MNT, which lead to the mount points.

@@ -50,6 +50,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"wsfs/internal/host"
+	"wsfs/internal/mountinfo"
 )
 
 // Roles of the two filesystems.
@@ -258,12 +259,12 @@ func Create(h *host.Host, opts Options) (Record, error) {
 	}
 	// Check every mount point before changing anything, so a refusal leaves
 	// the system as it was.
-	mounts, err := Mounts()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return Record{}, err
 	}
 	for _, f := range want {
-		if _, ok := MountedAt(mounts, f.MountPoint); ok {
+		if _, ok := mountinfo.At(mounts, f.MountPoint); ok {
 			continue // checked against the image below
 		}
 		if err := checkEmpty(f.MountPoint); err != nil {
@@ -378,11 +379,11 @@ func ensure(f *Filesystem, opts *Options) (string, error) {
 	}
 
 	// 3. Mount.
-	mounts, err := Mounts()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return "", err
 	}
-	if m, ok := MountedAt(mounts, f.MountPoint); ok {
+	if m, ok := mountinfo.At(mounts, f.MountPoint); ok {
 		if m.Source != dev {
 			return "", fmt.Errorf("%s is already a mount point of %s (%s), not of %s: unmount it or change the host config", f.MountPoint, m.Source, m.FSType, dev)
 		}
@@ -447,7 +448,7 @@ func Status(h *host.Host, dir string) ([]FSStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := Mounts()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
@@ -464,7 +465,7 @@ func Status(h *host.Host, dir string) ([]FSStatus, error) {
 		}
 		if s.Attached != "" {
 			s.DirectIOOn, _ = DirectIO(s.Attached)
-			if m, ok := MountedAt(mounts, f.MountPoint); ok && m.Source == s.Attached {
+			if m, ok := mountinfo.At(mounts, f.MountPoint); ok && m.Source == s.Attached {
 				s.Mounted = true
 				var st unix.Statfs_t
 				if err := unix.Statfs(f.MountPoint, &st); err == nil {
@@ -511,7 +512,7 @@ func Destroy(h *host.Host, opts Options) error {
 	if err := checkIdle(h); err != nil {
 		return err
 	}
-	mounts, err := Mounts()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return err
 	}
@@ -522,7 +523,7 @@ func Destroy(h *host.Host, opts Options) error {
 			errs = append(errs, err)
 			continue
 		}
-		if m, ok := MountedAt(mounts, f.MountPoint); ok && (dev == "" || m.Source == dev) {
+		if m, ok := mountinfo.At(mounts, f.MountPoint); ok && (dev == "" || m.Source == dev) {
 			if _, err := run("umount", f.MountPoint); err != nil {
 				return fmt.Errorf("%s filesystem: %w (a process still uses it: stop it and retry; nothing was removed)", f.Role, err)
 			}
@@ -576,7 +577,7 @@ func checkIdle(h *host.Host) error {
 			busy = append(busy, n+" (agent-state sidecar running)")
 		}
 	}
-	mounts, err := Mounts()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return err
 	}

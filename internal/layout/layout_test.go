@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"wsfs/internal/host"
+	"wsfs/internal/mountinfo"
 	"wsfs/internal/testenv"
 	"wsfs/internal/vfs"
 )
@@ -28,8 +29,8 @@ func needLoop(t *testing.T) {
 func cleanupLayout(t *testing.T, h *host.Host, dir string) {
 	t.Cleanup(func() {
 		for _, mp := range []string{h.StateDir(), h.PoolDir()} {
-			if m, err := Mounts(); err == nil {
-				if _, ok := MountedAt(m, mp); ok {
+			if m, err := mountinfo.Read(); err == nil {
+				if _, ok := mountinfo.At(m, mp); ok {
 					exec.Command("umount", "-l", mp).Run()
 				}
 			}
@@ -199,12 +200,12 @@ func TestCreateUseStatusDestroy(t *testing.T) {
 	if err := Destroy(h, opts); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Mounts()
+	m, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range rec.Filesystems {
-		if _, ok := MountedAt(m, f.MountPoint); ok {
+		if _, ok := mountinfo.At(m, f.MountPoint); ok {
 			t.Errorf("%s still mounted after destroy", f.MountPoint)
 		}
 		if _, err := os.Stat(f.Image); !errors.Is(err, fs.ErrNotExist) {
@@ -261,30 +262,6 @@ func TestRootRequired(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(home, "layout")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("refused create left %s: %v", filepath.Join(home, "layout"), err)
-	}
-}
-
-func TestParseMountinfo(t *testing.T) {
-	in := `22 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
-35 22 7:3 / /tmp/a\040b/state rw,noatime shared:7 - ext4 /dev/loop3 rw
-36 22 0:48 / /tmp/mnt/ws-1 rw,nosuid,nodev - fuse.wsfs wsfs rw,user_id=0
-`
-	m, err := parseMountinfo(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m) != 3 {
-		t.Fatalf("%d mounts", len(m))
-	}
-	got, ok := MountedAt(m, "/tmp/a b/state")
-	if !ok || got.Source != "/dev/loop3" || got.FSType != "ext4" || got.Major != 7 || got.Minor != 3 {
-		t.Errorf("escaped mount point: %+v %v", got, ok)
-	}
-	if m[2].FSType != "fuse.wsfs" || m[0].Point != "/" {
-		t.Errorf("parsed %+v", m)
-	}
-	if _, err := parseMountinfo("garbage line\n"); err == nil {
-		t.Error("malformed mountinfo accepted")
 	}
 }
 

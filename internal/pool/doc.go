@@ -6,14 +6,13 @@
 //	POOL/tmp/<kind>-<random>                           Put and repair temps, GC graveyard
 //
 // Sixteen fan-out directories, not 256: the drain syncs every fan-out
-// directory holding an object of the group, and a group of 200 objects hit
-// about 140 of 256 directories, each sync a separate write and cache flush
-// (docs/benchmarks.md, "Pool drain: directory syncs"). With 16, a group
-// syncs at most 16. An ext4 directory's hash tree (two index levels, more
+// directory holding an object of the group, each sync a separate write and
+// cache flush, so a group syncs at most 16 (docs/benchmarks.md, "Pool
+// drain: directory syncs", has the measurement). An ext4 directory's hash tree (two index levels, more
 // with large_dir) holds millions of entries, so 16 directories serve pools
 // of tens of millions of objects; GC lists one directory at a time. Open writes POOL/format when it
 // creates a pool and refuses a pool of another layout (there is no
-// migration: the first layout, objects/<2 hex digits>/, never shipped).
+// migration).
 //
 // Many daemon processes use one pool directory at the same time. They share
 // nothing but the file system: no lock is held to publish, read or protect

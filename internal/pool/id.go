@@ -13,17 +13,10 @@ type ID [32]byte
 
 // Sum returns the ID of data.
 //
-// The hash is BLAKE3 (github.com/zeebo/blake3), chosen by measurement on the
-// 2-vCPU development VM (AVX-512 and SHA-NI both present; go test -bench
-// BenchmarkHash -benchtime 200ms -count 3, medians):
-//
-//	size     blake3      crypto/sha256
-//	4 KiB    1.89 GB/s   1.91 GB/s
-//	64 KiB   4.03 GB/s   1.96 GB/s
-//	8 MiB    3.86 GB/s   1.81 GB/s
-//
-// They tie at 4 KiB (below the inline threshold, so rarely pooled); BLAKE3 is
-// twice as fast from 64 KiB up, where pooled objects live.
+// The hash is BLAKE3 (github.com/zeebo/blake3), chosen by measurement
+// (docs/benchmarks.md, "Content hash"): it ties SHA-256 at 4 KiB (below
+// the inline threshold, so rarely pooled) and is twice as fast from 64 KiB
+// up, where pooled objects live.
 //
 // The algorithm is part of the on-disk format: changing it orphans every
 // object in every pool.

@@ -49,7 +49,7 @@ const (
 	repairPrefix    = "repair-" // Republish and healing
 	gravePrefix     = "gc-"     // GC's graveyard: an object being removed
 	objectPerm      = 0o400     // objects are immutable; private to the user running wsfs
-	dirPerm         = 0o700
+	dirPerm         = vfs.PrivateDir
 	maxCacheEntries = 1 << 20 // per cache; a full cache is cleared (costs re-verifying / re-syncing)
 )
 
@@ -512,10 +512,8 @@ func (p *Pool) sameContent(id ID, data []byte) (bool, error) {
 // a writeback error still reaches it (starting writeback does not wait, so
 // it does not consume the error).
 //
-// BenchmarkDrainWriteback, 200 objects per group (docs/benchmarks.md,
-// "Pool drain: directory syncs"): at 16 KiB it did not shorten the drain
-// (16.8 vs 15.6 ms) and made publication 68 % slower; at 64 KiB and
-// 256 KiB it halved the drain (28.4 to 14.5 ms, 50.1 to 27.0 ms).
+// From 64 KiB up it halves the drain; below, it does not shorten it and
+// slows publication (docs/benchmarks.md, "Pool drain: directory syncs").
 const writebackMin = 64 << 10
 
 // errWrongSize marks an existing object whose size differs from the

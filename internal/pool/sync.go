@@ -13,19 +13,11 @@ import (
 )
 
 // DefaultSyncParallel is the number of objects SyncObjects syncs at once
-// when called with parallel < 1, chosen with BenchmarkSyncObjects (512
-// fresh 16 KiB objects, one drain; 2-vCPU VM, virtio disk, ext4 without a
-// journal; shared and noisy, ranges over 5 runs of -benchtime=3x):
-//
-//	parallel   drain time     per object
-//	1          190-690 ms     370-1350 µs
-//	4          71-306 ms      140-600 µs
-//	16         38-45 ms       75-88 µs
-//	64         36-39 ms       71-77 µs
-//
-// 16 is within about 10 % of 64 while holding a quarter of the OS threads
-// (each blocked fdatasync occupies one), which matters with one daemon per
-// workspace on a host.
+// when called with parallel < 1 (docs/benchmarks.md, "Drain parallelism"):
+// concurrent syncs let the block layer batch the flushes, and 16 is within
+// about 10 % of 64 while holding a quarter of the OS threads (each blocked
+// fdatasync occupies one), which matters with one daemon per workspace on
+// a host.
 const DefaultSyncParallel = 16
 
 // SyncObjects is the drain: it makes every object in ids durable, with at

@@ -118,7 +118,7 @@ func listCheckpoints(fsys vfs.FS, dir string) ([]uint64, error) {
 // checkpoint that is still present, which is what makes the fallback in
 // ReadLatestCheckpoint safe (and Log.Replay checks coverage regardless).
 func WriteCheckpoint(fsys vfs.FS, dir string, group uint64, payload []byte) error {
-	if err := mkdirDurable(fsys, dir); err != nil {
+	if err := vfs.MkdirAllDurable(fsys, dir, vfs.PrivateDir); err != nil {
 		return err
 	}
 	final := filepath.Join(dir, ckptName(group))

@@ -95,7 +95,7 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 	}
 	l := &Log{fs: fsys, dir: dir, opts: opts, logger: logger}
 
-	if err := mkdirDurable(fsys, dir); err != nil {
+	if err := vfs.MkdirAllDurable(fsys, dir, vfs.PrivateDir); err != nil {
 		return nil, err
 	}
 	seqs, err := listSegments(fsys, dir)
@@ -236,38 +236,6 @@ func (l *Log) scan(seqs []uint64) error {
 				return nil
 			}
 			return err
-		}
-	}
-	return nil
-}
-
-// mkdirDurable creates dir and any missing parents, and syncs the parent
-// of every directory it created, so that the whole new chain survives a
-// crash (MkdirAll alone does not sync).
-func mkdirDurable(fsys vfs.FS, dir string) error {
-	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		_, err := fsys.Stat(d)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("seglog: open log directory: %w", err)
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := fsys.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("seglog: create directory: %w", err)
-	}
-	for _, d := range missing { // deepest first
-		if err := vfs.SyncDir(fsys, filepath.Dir(d)); err != nil {
-			return fmt.Errorf("seglog: make new directory %s durable: %w", d, err)
 		}
 	}
 	return nil
@@ -453,7 +421,7 @@ func (l *Log) repairHeader(seq uint64, path string, first uint64, size int64) er
 // a segment with a torn header and no group, which Open repairs).
 func (l *Log) createSegment(seq, first uint64) error {
 	path := filepath.Join(l.dir, segName(seq))
-	f, err := l.fs.CreateExcl(path, 0o600)
+	f, err := l.fs.CreateExcl(path, vfs.PrivateFile)
 	if err != nil {
 		err = fmt.Errorf("seglog: create segment: %w", err)
 		if isNoSpace(err) {

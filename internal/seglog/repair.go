@@ -88,7 +88,7 @@ func (l *Log) Cut(saveDir string, covered uint64) (*CutReport, error) {
 	} else {
 		fresh = true
 	}
-	if err := mkdirDurable(l.fs, saveDir); err != nil {
+	if err := vfs.MkdirAllDurable(l.fs, saveDir, vfs.PrivateDir); err != nil {
 		return nil, err
 	}
 	var change []uint64 // segments to copy: the truncated one and the removed ones
@@ -167,7 +167,7 @@ func copyFile(fsys vfs.FS, src, dst string) error {
 	if err != nil {
 		return fmt.Errorf("seglog: read %s to save a copy: %w", src, err)
 	}
-	f, err := fsys.CreateExcl(dst, 0o600)
+	f, err := fsys.CreateExcl(dst, vfs.PrivateFile)
 	if err != nil {
 		return fmt.Errorf("seglog: save a copy of %s: %w", src, err)
 	}
@@ -191,7 +191,7 @@ func copyFile(fsys vfs.FS, src, dst string) error {
 // into saveDir, and syncs its directory (wsfs fsck --repair of a damaged
 // checkpoint: recovery then starts from an older one, or from the log).
 func RemoveCheckpoint(fsys vfs.FS, path, saveDir string) (saved string, err error) {
-	if err := mkdirDurable(fsys, saveDir); err != nil {
+	if err := vfs.MkdirAllDurable(fsys, saveDir, vfs.PrivateDir); err != nil {
 		return "", err
 	}
 	saved = filepath.Join(saveDir, filepath.Base(path))

@@ -216,7 +216,7 @@ func Get(fsys vfs.FS, wsDir string, id uint64) (Info, error) { return readEntry(
 
 // lockCatalog creates the catalog directory durably and takes its lock.
 func lockCatalog(fsys vfs.FS, wsDir string) (io.Closer, error) {
-	if err := mkdirDurable(fsys, Dir(wsDir)); err != nil {
+	if err := vfs.MkdirAllDurable(fsys, Dir(wsDir), vfs.PrivateDir); err != nil {
 		return nil, fmt.Errorf("snapshot: create catalog: %w", err)
 	}
 	l, err := fsys.Lock(filepath.Join(Dir(wsDir), lockName))
@@ -224,33 +224,6 @@ func lockCatalog(fsys vfs.FS, wsDir string) (io.Closer, error) {
 		return nil, fmt.Errorf("snapshot: lock catalog of %s: %w", wsDir, err)
 	}
 	return l, nil
-}
-
-func mkdirDurable(fsys vfs.FS, dir string) error {
-	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := fsys.Stat(d); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, d := range missing {
-		if err := vfs.SyncDir(fsys, filepath.Dir(d)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // nextID returns the ID a new entry gets. The catalog lock is held.

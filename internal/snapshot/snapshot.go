@@ -164,7 +164,7 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 		return Info{}, err
 	}
 	tmp := filepath.Join(filepath.Dir(newDir), vfs.TempPrefix+"fork-"+filepath.Base(newDir)+"-"+hex.EncodeToString(rnd[:]))
-	if err := mkdirDurable(fsys, tmp); err != nil {
+	if err := vfs.MkdirAllDurable(fsys, tmp, vfs.PrivateDir); err != nil {
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
 	// Group 0: the new log starts at group 1, after the checkpoint.

@@ -1,7 +1,6 @@
 package stress
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"wsfs/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 )
@@ -128,45 +128,15 @@ func waitReady(p *proc, readyFile string, timeout time.Duration) error {
 	}
 }
 
-// isMounted reports whether dir is a mount point, from /proc/self/mountinfo.
+// isMounted reports whether dir is a mount point (an unreadable mount
+// table reads as not mounted: the caller only tidies up).
 func isMounted(dir string) bool {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return false
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMount(fields[4]) == abs {
-			return true
-		}
-	}
-	return false
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for space etc).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v int
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	ok, err := mountinfo.IsMountPoint(abs)
+	return err == nil && ok
 }
 
 // forceUnmount detaches a mount a daemon left behind (lazy unmount, so

@@ -13,7 +13,7 @@ import (
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
-	"wsfs/internal/layout"
+	"wsfs/internal/mountinfo"
 )
 
 // DaemonStatusName is the status file a mount daemon rewrites every second
@@ -60,7 +60,7 @@ func Collect(h *host.Host, now time.Time) ([]WorkspaceStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := layout.Mounts()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func Collect(h *host.Host, now time.Time) ([]WorkspaceStatus, error) {
 	var out []WorkspaceStatus
 	for _, n := range names {
 		ws := WorkspaceStatus{Name: n, MountPoint: h.MountPoint(n)}
-		if m, ok := layout.MountedAt(mounts, ws.MountPoint); ok {
+		if m, ok := mountinfo.At(mounts, ws.MountPoint); ok {
 			ws.Mounted, ws.FSType = true, m.FSType
 			if _, err := os.Stat(ws.MountPoint); errors.Is(err, syscall.ENOTCONN) {
 				ws.DeadMount = true

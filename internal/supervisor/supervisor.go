@@ -52,7 +52,7 @@ import (
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
-	"wsfs/internal/layout"
+	"wsfs/internal/mountinfo"
 )
 
 // Options configure Run.
@@ -438,12 +438,12 @@ func (s *supervisor) stop(c *child) {
 // clearStaleMount lazily unmounts c's mount point if something is still
 // mounted there while no daemon of c runs.
 func (s *supervisor) clearStaleMount(c *child, log *slog.Logger) {
-	mounts, err := layout.Mounts()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		log.Error("cannot read the mount table", "err", err)
 		return
 	}
-	if m, ok := layout.MountedAt(mounts, c.mountPoint); ok {
+	if m, ok := mountinfo.At(mounts, c.mountPoint); ok {
 		if err := unix.Unmount(c.mountPoint, unix.MNT_DETACH); err != nil {
 			log.Error("stale mount left by a dead daemon; lazy unmount failed", "mount_point", c.mountPoint, "fstype", m.FSType, "err", err)
 			return

@@ -19,7 +19,7 @@ import (
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
-	"wsfs/internal/layout"
+	"wsfs/internal/mountinfo"
 	"wsfs/internal/testenv"
 )
 
@@ -124,7 +124,7 @@ func startUp(t *testing.T, home string, args ...string) *upProc {
 			}
 		}
 		// Whatever happened, leave no mount behind.
-		if m, err := layout.Mounts(); err == nil {
+		if m, err := mountinfo.Read(); err == nil {
 			for _, x := range m {
 				if strings.HasPrefix(x.Point, home+"/") {
 					exec.Command("umount", "-l", x.Point).Run()
@@ -162,11 +162,11 @@ func childOf(t *testing.T, h *host.Host, ws, kind string) ChildState {
 }
 
 func mounted(path string) bool {
-	m, err := layout.Mounts()
+	m, err := mountinfo.Read()
 	if err != nil {
 		return false
 	}
-	_, ok := layout.MountedAt(m, path)
+	_, ok := mountinfo.At(m, path)
 	return ok
 }
 

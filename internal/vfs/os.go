@@ -80,7 +80,7 @@ func wrap(f *os.File, err error) (File, error) {
 }
 
 func (osFS) Create(name string) (File, error) {
-	return wrap(os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600))
+	return wrap(os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, PrivateFile))
 }
 
 func (osFS) CreateExcl(name string, perm os.FileMode) (File, error) {
@@ -155,7 +155,7 @@ func (osFS) Chtimes(name string, atime, mtime time.Time) error {
 // exclusive while in use locks a directory that cannot be removed while it
 // holds files (see LockAll).
 func (osFS) Lock(name string) (io.Closer, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, PrivateFile)
 	if errors.Is(err, unix.EISDIR) {
 		f, err = os.OpenFile(name, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	}

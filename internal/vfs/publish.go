@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 )
 
@@ -41,7 +42,7 @@ func Publish(fsys FS, final string, sync bool, write func(f File) error) error {
 		}
 		tmp = filepath.Join(dir, TempPrefix+hex.EncodeToString(b[:]))
 		var err error
-		f, err = fsys.CreateExcl(tmp, 0o600)
+		f, err = fsys.CreateExcl(tmp, PrivateFile)
 		if err == nil {
 			break
 		}
@@ -100,6 +101,38 @@ func SyncDir(fsys FS, dir string) error {
 	}
 	if cerr != nil {
 		return fmt.Errorf("sync dir %s: close: %w", dir, cerr)
+	}
+	return nil
+}
+
+// MkdirAllDurable creates dir and any missing parents with perm, and syncs
+// the parent of every directory it created (deepest first), so that the
+// whole new chain survives a crash: MkdirAll alone syncs nothing, and a
+// directory whose entry is lost loses every synced file in it. An existing
+// dir is left as it is.
+func MkdirAllDurable(fsys FS, dir string, perm os.FileMode) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("create directory %s: %w", dir, err)
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, perm); err != nil {
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	for _, d := range missing {
+		if err := SyncDir(fsys, filepath.Dir(d)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

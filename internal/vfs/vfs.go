@@ -30,6 +30,14 @@ import (
 	"time"
 )
 
+// The modes of what wsfs creates: private to the user running it (file
+// contents are in segments, checkpoints and pool objects; the mount's own
+// permissions are the only way in for anyone else).
+const (
+	PrivateDir  = 0o700
+	PrivateFile = 0o600
+)
+
 // File is an open file or directory.
 //
 // Sync makes data and metadata durable (fsync). SyncData makes data durable

@@ -13,40 +13,6 @@ import (
 	"wsfs/internal/vfs"
 )
 
-// dirty is the unflushed content of an inode, shared by all its handles.
-// It has two forms:
-//
-//   - small (chunks == nil): the whole content is mem, len(mem) == size,
-//     and size is at most one chunk;
-//   - chunked: chunk i (bytes [i<<shift, (i+1)<<shift) clipped to size) is
-//     bufs[i] when present, else the pool object chunks[i] (HoleChunk:
-//     zeros). A published chunk object always has exactly its chunk's
-//     length at the current size: before a size change, the chunks holding
-//     the old and the new end (when they end mid-chunk) are loaded into
-//     bufs. A buffer is one whole chunk long, and its bytes past size are
-//     zero.
-//
-// A change to a large file thus touches only the chunks it writes; at most
-// maxDirtyChunks of them stay in memory (the rest are put to the pool
-// early, and named by the record when the content is flushed).
-type dirty struct {
-	ino   namespace.Ino // the inode it is the content of (for error reports)
-	size  int64
-	mtime namespace.Timestamp
-	ctime int64 // unix ns: ctimes come from the clock
-
-	mem []byte
-
-	shift  uint8
-	chunks []namespace.ObjectID // private copy; len == ChunkCount(size)
-	bufs   map[int][]byte
-	hot    int       // the chunk the last write ended in: stays in memory
-	put    []pool.ID // objects put for this content since its last record
-}
-
-// maxDirtyChunks bounds the chunk buffers one inode holds in memory.
-const maxDirtyChunks = 8
-
 // objFile is an open pool object cached per inode for reads of clean
 // content. Reads use it outside the inode lock (so reads of one file run in
 // parallel); refs counts them, and a retired objFile is closed by whoever
@@ -113,18 +79,6 @@ func (w *Workspace) OpenFile(ino Ino, flags int) (*Handle, error) {
 	liveFor(n).opens++
 	n.Pinned = true
 	return &Handle{w: w, n: n, writable: writable, append: flags&syscall.O_APPEND != 0}, nil
-}
-
-// errno returns the syscall.Errno inside err, or EIO.
-func errno(err error) error {
-	if err == nil {
-		return nil
-	}
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return err
-	}
-	return &ioError{err}
 }
 
 // ReadAt reads at off. At EOF it returns a short count (0 at or past EOF)

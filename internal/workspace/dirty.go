@@ -12,10 +12,43 @@ import (
 	"wsfs/internal/pool"
 )
 
-// This file holds the mechanics of dirty content (type dirty, in
-// content.go): creating it from published content, writing, resizing,
-// reading it back, and putting chunks to the pool. Every function here runs
-// with the inode's Mu held.
+// This file holds dirty content: its type, creating it from published
+// content, writing, resizing, reading it back, and putting chunks to the
+// pool. Every function here runs with the inode's Mu held.
+
+// dirty is the unflushed content of an inode, shared by all its handles.
+// It has two forms:
+//
+//   - small (chunks == nil): the whole content is mem, len(mem) == size,
+//     and size is at most one chunk;
+//   - chunked: chunk i (bytes [i<<shift, (i+1)<<shift) clipped to size) is
+//     bufs[i] when present, else the pool object chunks[i] (HoleChunk:
+//     zeros). A published chunk object always has exactly its chunk's
+//     length at the current size: before a size change, the chunks holding
+//     the old and the new end (when they end mid-chunk) are loaded into
+//     bufs. A buffer is one whole chunk long, and its bytes past size are
+//     zero.
+//
+// A change to a large file thus touches only the chunks it writes; at most
+// maxDirtyChunks of them stay in memory (the rest are put to the pool
+// early, and named by the record when the content is flushed).
+type dirty struct {
+	ino   namespace.Ino // the inode it is the content of (for error reports)
+	size  int64
+	mtime namespace.Timestamp
+	ctime int64 // unix ns: ctimes come from the clock
+
+	mem []byte
+
+	shift  uint8
+	chunks []namespace.ObjectID // private copy; len == ChunkCount(size)
+	bufs   map[int][]byte
+	hot    int       // the chunk the last write ended in: stays in memory
+	put    []pool.ID // objects put for this content since its last record
+}
+
+// maxDirtyChunks bounds the chunk buffers one inode holds in memory.
+const maxDirtyChunks = 8
 
 // chunkLen is the length of chunk i at d's size.
 func (d *dirty) chunkLen(i int) int64 {

@@ -129,6 +129,7 @@ func TestFsckClean(t *testing.T) {
 // the workspace still mounts and reads everything else.
 func TestFsckObjects(t *testing.T) {
 	f := newFsckFixture(t, nil)
+	f.e.damaged = true // objects stay damaged: repair cannot bring content back
 	flipAt(t, f.e.fs, objectPath(f.e, f.pooledID), 1000)
 	noErr(t, f.e.fs.Remove(objectPath(f.e, f.chunkID)))
 	fresh, err := pool.Open(f.e.fs, filepath.Join(f.e.root, "pool"), pool.Options{})
@@ -265,6 +266,7 @@ func TestFsckCorruptCheckpoint(t *testing.T) {
 			t.Fatalf("want the log in one segment, got %d", len(segs))
 		}
 		flipAt(t, f.e.fs, cks[len(cks)-1].Path, 50)
+		f.e.damaged = true // a lost checkpoint may leave damage repair cannot undo
 		if _, err := Open(f.e.opts); err == nil {
 			t.Fatal("Open with a damaged only checkpoint succeeded")
 		}
@@ -292,6 +294,7 @@ func TestFsckCorruptCheckpoint(t *testing.T) {
 			t.Fatal("want a log whose first segments were deleted")
 		}
 		flipAt(t, f.e.fs, cks[len(cks)-1].Path, 50)
+		f.e.damaged = true // a lost checkpoint may leave damage repair cannot undo
 		ps := only(t, f.check(t, false), ProblemCheckpoint)
 		if ps[0].Repairable || !strings.Contains(ps[0].Do, "backup") {
 			t.Fatalf("checkpoint problem %+v, want unrepairable with backup advice", ps[0])

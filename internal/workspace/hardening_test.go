@@ -136,6 +136,7 @@ func TestMissingObjectIsEIO(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := memEnv(t)
+			e.damaged = true // the test removes or flips an object
 			w := e.open()
 			content := make([]byte, tc.size)
 			for i := range content {

@@ -15,12 +15,18 @@ import (
 )
 
 // env is a host for one workspace: an FS, a pool, and options to open with.
+//
+// When a test that made an env passes, its cleanup checks the workspace the
+// way `wsfs fsck` does (Check: log, checkpoints, recovery, every reference
+// resolves to an object): a test that leaves damage behind without meaning
+// to fails. Tests that damage the store on purpose set damaged.
 type env struct {
-	t    testing.TB
-	fs   vfs.FS
-	root string
-	pool *pool.Pool
-	opts Options
+	t       testing.TB
+	fs      vfs.FS
+	root    string
+	pool    *pool.Pool
+	opts    Options
+	damaged bool // the test damages the store on purpose: skip the final check
 }
 
 // quiet discards logs in tests unless they fail.
@@ -30,17 +36,40 @@ func newEnv(t testing.TB, fs vfs.FS, root string) *env {
 	t.Helper()
 	// The host directory is made durable first, as host setup does: the
 	// pool syncs only its own directory.
-	if err := mkdirDurable(fs, filepath.Join(root, "pool")); err != nil {
+	if err := vfs.MkdirAllDurable(fs, filepath.Join(root, "pool"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	p, err := pool.Open(fs, filepath.Join(root, "pool"), pool.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, fs: fs, root: root, pool: p, opts: Options{
+	e := &env{t: t, fs: fs, root: root, pool: p, opts: Options{
 		FS: fs, Dir: filepath.Join(root, "state", "workspaces", "w"), Pool: p,
 		GroupWindow: time.Millisecond, Logger: quiet,
 	}}
+	t.Cleanup(e.checkStore)
+	return e
+}
+
+// checkStore fails the test if the workspace it leaves behind does not
+// check clean (see env).
+func (e *env) checkStore() {
+	if e.damaged || e.t.Failed() {
+		return
+	}
+	if _, err := e.fs.Stat(e.opts.Dir); err != nil {
+		return // the test never opened the workspace
+	}
+	rep, err := Check(CheckOptions{FS: e.fs, Dir: e.opts.Dir, Pool: e.pool})
+	if err != nil {
+		e.t.Errorf("store check after the test: %v", err)
+		return
+	}
+	if rep.Corrupt() {
+		for _, p := range rep.Problems {
+			e.t.Errorf("store check after the test: %s at %s: %s", p.Kind, p.Where, p.What)
+		}
+	}
 }
 
 func memEnv(t *testing.T) *env  { return newEnv(t, vfs.NewCrashableMem(), "/host") }

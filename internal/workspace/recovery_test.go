@@ -58,6 +58,7 @@ func TestTornTailRepaired(t *testing.T) {
 // refuse with the *seglog.CorruptError (never silently drop synced groups).
 func TestCorruptLogRefused(t *testing.T) {
 	e := diskEnv(t)
+	e.damaged = true // the test corrupts a group
 	fillLog(t, e)
 	seg := segments(t, e)[0]
 	fi, err := e.fs.Stat(seg)

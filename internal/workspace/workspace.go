@@ -71,7 +71,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math/bits"
 	"os"
@@ -138,20 +137,18 @@ const (
 	// DefaultInlineMax: contents up to this size are stored inline in the
 	// log record. A group of inline files costs one append and one
 	// fdatasync of the log, against one fdatasync per object plus its
-	// directory for pooled files. BenchmarkInlineVsPooled (2 vCPU VM, ext4
-	// on virtio, a barrier every 64 files) measured per file: 4 KiB 68 us
-	// inline vs 599 us pooled, 16 KiB 129 vs 548 us, 64 KiB 490 vs 1267 us.
-	// Inline still wins at 64 KiB; above it, contents would also make
+	// directory for pooled files; inline still wins at 64 KiB
+	// (docs/benchmarks.md, "Engine micro-benchmarks"). Above it, contents
+	// would also make
 	// checkpoints (which carry inline bytes) and memory grow, and dedup
 	// across workspaces only works for pooled contents. A full group of 512
 	// records is at most 32 MiB of log.
 	DefaultInlineMax = 64 << 10
 	// DefaultChunkSize: content larger than this is stored as a list of
 	// pool objects of this size (the last one shorter), so that a change
-	// to a large file rewrites only the chunks it touches. A 4 KiB write
-	// and close of a 64 MiB file cost 61 ms with whole-file objects (copy,
-	// rehash, republish) and 1.3-2.4 ms with 1 MiB chunks, the same as at
-	// 16 MiB (BenchmarkSmallChangeToLargeFile). Smaller chunks mean longer
+	// to a large file rewrites only the chunks it touches, at a cost that
+	// does not grow with the file (docs/benchmarks.md, "Chunked content").
+	// Smaller chunks mean longer
 	// chunk lists in records (32 bytes per chunk: 32 KiB for 1 GiB) and
 	// more objects per drain; larger ones, more bytes per small change.
 	DefaultChunkSize = 1 << 20
@@ -282,11 +279,21 @@ func wsErr(op string, ino Ino, name string, err error) error {
 	if errors.As(err, &we) {
 		return err
 	}
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		err = &ioError{err}
+	return &Error{Op: op, Ino: ino, Name: name, Err: errno(err)}
+}
+
+// errno returns err if it carries a syscall.Errno, else err marked as EIO:
+// the one classification of engine errors (wsErr wraps its result in an
+// *Error; paths that return below an operation use it directly).
+func errno(err error) error {
+	if err == nil {
+		return nil
 	}
-	return &Error{Op: op, Ino: ino, Name: name, Err: err}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return err
+	}
+	return &ioError{err}
 }
 
 // ioError marks an I/O failure without an errno of its own as EIO.
@@ -333,8 +340,8 @@ func Open(opts Options) (*Workspace, error) {
 	if opts.CheckpointBytes <= 0 {
 		opts.CheckpointBytes = DefaultCheckpointBytes
 	}
-	if opts.Drain != commit.DrainEntry && opts.Drain != commit.DrainSyncFS {
-		return nil, fmt.Errorf("workspace: unknown drain mode %d (use commit.ParseDrain)", int(opts.Drain))
+	if err := opts.Drain.Valid(); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	if opts.Clock == nil {
 		opts.Clock = commit.SystemClock{}
@@ -345,7 +352,7 @@ func Open(opts Options) (*Workspace, error) {
 	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock, shift: uint8(shift),
 		lg: opts.Logger.With("dir", opts.Dir)}
 	w.ckpt.done = make(chan ckptResult, 1)
-	if err := mkdirDurable(w.fs, opts.Dir); err != nil {
+	if err := vfs.MkdirAllDurable(w.fs, opts.Dir, vfs.PrivateDir); err != nil {
 		return nil, fmt.Errorf("workspace: create %s: %w", opts.Dir, err)
 	}
 	lk, err := Lock(w.fs, opts.Dir)
@@ -440,37 +447,6 @@ func Open(opts Options) (*Workspace, error) {
 		}
 	}
 	return w, nil
-}
-
-// mkdirDurable creates dir and its missing parents and syncs the parent of
-// each directory it created, so that the new chain survives a crash
-// (MkdirAll alone syncs nothing, and a workspace whose directory entry is
-// lost loses every synced group in it).
-func mkdirDurable(fsys vfs.FS, dir string) error {
-	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := fsys.Stat(d); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := fsys.MkdirAll(dir, 0o700); err != nil { // private: it holds file contents
-		return err
-	}
-	for _, d := range missing {
-		if err := vfs.SyncDir(fsys, filepath.Dir(d)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (w *Workspace) ckptDir() string { return filepath.Join(w.opts.Dir, "checkpoint") }
