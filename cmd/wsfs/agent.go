@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 
@@ -17,6 +18,8 @@ func init() {
 		run:     runAgent,
 		subcommands: []command{
 			{name: "neighbour", summary: "noisy neighbour: rewrite --bytes of buffered data in --dir until terminated", run: runNeighbour},
+			{name: "smallfiles", summary: "step of wsfs bench tools: create, read back and remove small files", run: runSmallFilesAgent},
+			{name: "sqlite", summary: "step of wsfs bench tools: SQLite WAL writer with concurrent readers", run: runSQLiteAgent},
 		},
 	})
 }
@@ -30,7 +33,8 @@ WAL mode, checkpoints left to the replication sidecar, which wsfs stress runs
 in the wsfs arms), prints "ready", waits for
 a line on stdin, runs, and writes its result JSON to --result.
 'wsfs agent neighbour --dir D --bytes N' instead writes buffered data in D
-until terminated.`)
+until terminated. 'wsfs agent smallfiles' and 'wsfs agent sqlite' are steps
+of 'wsfs bench tools' (see their -h).`)
 	root := fs.String("root", "", "workspace tree to work in (must exist and be empty)")
 	profile := fs.String("profile", "small", "workload profile: seed, small or tiny")
 	seed := fs.Int64("seed", 1, "workload seed")
@@ -69,4 +73,46 @@ func runNeighbour(ctx context.Context, g *globals, args []string) error {
 		return usageError{"--dir is required"}
 	}
 	return stress.RunNeighbour(ctx, *dir, *n)
+}
+
+func runSmallFilesAgent(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "agent smallfiles", "", `
+Step of wsfs bench tools: creates --files small files (512 B to 4 KiB) in
+--dir, reads every one back and compares, removes them, and prints the
+result as JSON.`)
+	dir := fs.String("dir", "", "directory to work in (must exist)")
+	n := fs.Int("files", 5000, "number of files")
+	seed := fs.Int64("seed", 1, "size seed")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || *n < 1 {
+		return usageError{"--dir is required and --files must be at least 1"}
+	}
+	res, err := stress.RunSmallFiles(*dir, *n, *seed)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(g.stdout).Encode(res)
+}
+
+func runSQLiteAgent(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "agent sqlite", "", `
+Step of wsfs bench tools: opens --db in WAL mode with synchronous=FULL, runs
+one writer doing --tx one-row transactions while --readers connections query
+the table, and prints the result (transaction p50/p99) as JSON.`)
+	db := fs.String("db", "", "database file (created)")
+	tx := fs.Int("tx", 500, "transactions")
+	readers := fs.Int("readers", 2, "concurrent reader connections")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *db == "" || *tx < 1 || *readers < 0 {
+		return usageError{"--db is required, --tx must be at least 1 and --readers at least 0"}
+	}
+	res, err := stress.RunSQLite(ctx, *db, *tx, *readers)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(g.stdout).Encode(res)
 }

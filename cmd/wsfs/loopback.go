@@ -8,6 +8,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"wsfs/internal/metrics"
 )
 
 // The loopback command is internal: it is the `loopback` arm of wsfs stress,
@@ -26,8 +28,11 @@ func runLoopback(ctx context.Context, g *globals, args []string) error {
 Mounts SRC at MNT with go-fuse's loopback file system (multi-threaded,
 1 s entry and attribute timeouts as in go-fuse's example), writes
 --ready-file once the mount serves, and unmounts cleanly on SIGTERM or
-interrupt.`)
+interrupt. With --metrics it counts every FUSE request by opcode in the
+collectors a wsfs daemon serves (wsfs_fuse_ops_total, wsfs_fuse_op_seconds)
+and logs "metrics addr=URL" before writing the ready file.`)
 	ready := flags.String("ready-file", "", "file to create once the mount is serving")
+	metricsAddr := flags.String("metrics", "", "serve Prometheus metrics on ADDR (host:port; port 0 picks one) at /metrics")
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
@@ -43,7 +48,7 @@ interrupt.`)
 		return preconditionError{fmt.Errorf("loopback source %s: %w", src, err)}
 	}
 	sec := time.Second
-	server, err := fs.Mount(mnt, root, &fs.Options{
+	opts := &fs.Options{
 		EntryTimeout: &sec,
 		AttrTimeout:  &sec,
 		MountOptions: fuse.MountOptions{
@@ -51,9 +56,30 @@ interrupt.`)
 			Name:        "wsfs-loopback",
 			DirectMount: os.Geteuid() == 0, // root mounts without fusermount3
 		},
-	})
+	}
+	// fs.Mount's steps, with the raw file system wrapped when counting.
+	raw := fs.NewNodeFS(root, opts)
+	var m *metrics.Metrics
+	if *metricsAddr != "" {
+		m = metrics.New("loopback")
+		raw = newCountingFS(raw, m)
+	}
+	server, err := fuse.NewServer(raw, mnt, &opts.MountOptions)
 	if err != nil {
 		return preconditionError{fmt.Errorf("mount %s: %w", mnt, err)}
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		return preconditionError{fmt.Errorf("mount %s: %w", mnt, err)}
+	}
+	if m != nil {
+		ms, err := m.Serve(*metricsAddr)
+		if err != nil {
+			server.Unmount()
+			return err
+		}
+		defer ms.Close()
+		fmt.Fprintf(g.stderr, "metrics addr=http://%s/metrics\n", ms.Addr())
 	}
 	if *ready != "" {
 		if err := os.WriteFile(*ready, []byte(mnt+"\n"), 0o644); err != nil {

@@ -119,7 +119,8 @@ func readmeCommandLines(t *testing.T) []readmeLine {
 // flag the parser does not reach fails that); then the lines that finish
 // on their own are run for real, bounded by a timeout, and must not exit 2
 // (a wrong argument count fails that). Only the lines that would run a
-// long-lived supervisor or the stress harness, or format loop devices
+// long-lived supervisor, the stress harness or the tools benchmark (minutes
+// of real tools on real mounts), or format loop devices
 // (layout create, as root; without root it is run and refuses), are left
 // at the parse check.
 func TestREADMECommandLines(t *testing.T) {
@@ -162,7 +163,7 @@ func TestREADMECommandLines(t *testing.T) {
 		switch {
 		case verb == "layout create" && os.Geteuid() != 0:
 			// Without root it refuses before touching anything: run it.
-		case verb == "up", verb == "stress", verb == "layout create":
+		case verb == "up", verb == "stress", verb == "bench tools", verb == "layout create":
 			continue // parse check only (see the doc comment)
 		case verb == "mount":
 			timeout = 3 * time.Second // a daemon: stops when the context ends

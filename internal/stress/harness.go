@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -313,6 +314,28 @@ type servers struct {
 	mounts   []string
 }
 
+// stopDaemons stops every daemon (each commits and unmounts on SIGTERM and
+// must exit 0), then detaches any mount left behind. It returns what went
+// wrong, one message each.
+func (s *servers) stopDaemons() []string {
+	var errs []string
+	for _, d := range s.daemons {
+		if err := d.stop(stopGrace); err != nil {
+			errs = append(errs, fmt.Sprintf("daemon %v", err))
+		}
+	}
+	for _, m := range s.mounts {
+		if isMounted(m) {
+			errs = append(errs, fmt.Sprintf("mount %s still present after its daemon exited; detaching it", m))
+			if err := forceUnmount(m); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+	}
+	s.daemons, s.mounts = nil, nil
+	return errs
+}
+
 // runOne runs one arm at n workspaces with nb neighbours, as run number
 // idx of the invocation. Errors are recorded in the result; the data
 // directory is always cleaned up (unless --keep) and every mount it made is
@@ -336,7 +359,7 @@ func runOne(ctx context.Context, opts Options, disp display, label string, idx i
 	defer ru.teardown()
 
 	// 1. The servers (and, in the wsfs arms, the replication sidecars).
-	setups, err := setupArm(opts, arm, n, ru.runDir, ru.home, ru.logDir, &ru.srv)
+	setups, err := setupArm(opts, arm, n, ru.runDir, ru.home, ru.logDir, armConfig{}, &ru.srv)
 	if err != nil {
 		ru.fail("set up %s: %v", arm, err)
 		return ru.r
@@ -409,18 +432,8 @@ func (ru *run) makeDirs() bool {
 // any mount left behind, the dedicated layout, and the data directory.
 func (ru *run) teardown() {
 	ru.stopSidecars()
-	for _, d := range ru.srv.daemons {
-		if err := d.stop(stopGrace); err != nil {
-			ru.fail("daemon %v", err)
-		}
-	}
-	for _, m := range ru.srv.mounts {
-		if isMounted(m) {
-			ru.fail("mount %s still present after its daemon exited; detaching it", m)
-			if err := forceUnmount(m); err != nil {
-				ru.fail("%v", err)
-			}
-		}
+	for _, e := range ru.srv.stopDaemons() {
+		ru.fail("%s", e)
 	}
 	if ru.opts.Layout == LayoutDedicated {
 		// Destroy unmounts and removes the images; it refuses while a
@@ -587,11 +600,22 @@ func runDataDir(out string, idx int) string {
 	return filepath.Join(out, "runs", strconv.Itoa(idx))
 }
 
+// armConfig is what a caller of setupArm changes in an arm's standard
+// setup (the stress harness uses the zero value; the tools benchmark asks
+// for metrics and leaves out the sidecars).
+type armConfig struct {
+	// daemonArgs are extra flags for every daemon of a FUSE arm, placed
+	// before its positional arguments (e.g. --metrics 127.0.0.1:0).
+	daemonArgs []string
+	// noSidecars leaves out the wsfs arms' replication sidecars.
+	noSidecars bool
+}
+
 // setupArm prepares the trees (and daemons, for the FUSE arms, and the
-// replication sidecars, for the wsfs arms) of n workspaces. It records
-// every process and mount it started in srv, also on error, so the caller
-// can stop them.
-func setupArm(opts Options, arm string, n int, runDir, home, logDir string, srv *servers) ([]workspaceSetup, error) {
+// replication sidecars, for the wsfs arms unless cfg says otherwise) of n
+// workspaces. It records every process and mount it started in srv, also on
+// error, so the caller can stop them.
+func setupArm(opts Options, arm string, n int, runDir, home, logDir string, cfg armConfig, srv *servers) ([]workspaceSetup, error) {
 	var setups []workspaceSetup
 	// data(i) holds workspace i's tree (native) or loopback source; state(i)
 	// its agent state database, outside the measured tree.
@@ -625,7 +649,7 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string, srv 
 			}
 			readyFile := filepath.Join(runDir, fmt.Sprintf("ws-%d.ready", i))
 			p, err := startProc(fmt.Sprintf("loopback daemon %d", i), opts.Exe,
-				[]string{"loopback", "--ready-file", readyFile, src, mnt}, nil,
+				slices.Concat([]string{"loopback", "--ready-file", readyFile}, cfg.daemonArgs, []string{src, mnt}), nil,
 				filepath.Join(logDir, fmt.Sprintf("daemon-%d.log", i)), nil)
 			if err != nil {
 				return nil, err
@@ -657,7 +681,7 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string, srv 
 			}
 			readyFile := filepath.Join(runDir, name+".ready")
 			p, err := startProc(fmt.Sprintf("wsfs daemon %s", name), opts.Exe,
-				[]string{"mount", "--home", home, "--drain", drain, "--ready-file", readyFile, name, mnt}, nil,
+				slices.Concat([]string{"mount", "--home", home, "--drain", drain, "--ready-file", readyFile}, cfg.daemonArgs, []string{name, mnt}), nil,
 				filepath.Join(logDir, fmt.Sprintf("daemon-%d.log", i)), nil)
 			if err != nil {
 				return nil, err
@@ -665,6 +689,10 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string, srv 
 			srv.daemons, srv.mounts = append(srv.daemons, p), append(srv.mounts, mnt)
 			if err := waitReady(p, readyFile, readyTimeout); err != nil {
 				return nil, err
+			}
+			if cfg.noSidecars {
+				setups = append(setups, workspaceSetup{tree: mnt, state: state(i), daemon: p, mnt: mnt})
+				continue
 			}
 			// The sidecar creates the agent database (agentstate.Ensure)
 			// and replicates it from before the agent's first row.
