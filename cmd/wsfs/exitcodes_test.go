@@ -133,9 +133,9 @@ func TestExitCodes(t *testing.T) {
 
 // startSidecar runs `wsfs sidecar --home home ws` and waits for its status
 // file.
-func startSidecar(t *testing.T, home, status string) *daemon {
+func startSidecar(t *testing.T, home, status string) *daemonProc {
 	t.Helper()
-	d := &daemon{t: t, cmd: wsfsCmd(context.Background(), "sidecar", "--home", home, "ws"), out: &syncBuffer{}, done: make(chan struct{})}
+	d := &daemonProc{t: t, cmd: wsfsCmd(context.Background(), "sidecar", "--home", home, "ws"), out: &syncBuffer{}, done: make(chan struct{})}
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 )
 
 // stopOK stops d with SIGTERM and reports an exit other than 0.
-func stopOK(t *testing.T, d *daemon) {
+func stopOK(t *testing.T, d *daemonProc) {
 	t.Helper()
 	if code, _ := d.stop(syscall.SIGTERM); code != 0 {
 		t.Errorf("daemon at %s exited with %d:\n%s", d.mp, code, d.out)
@@ -63,7 +63,7 @@ func TestGCUnderLoadProcesses(t *testing.T) {
 		shared[i] = randBytes(uint64(1000+i), 70_000+i*11_000)
 	}
 	mounts := make([]string, len(names))
-	daemons := make([]*daemon, len(names))
+	daemons := make([]*daemonProc, len(names))
 	for i, n := range names {
 		mounts[i] = filepath.Join(dir, "mnt-"+n)
 		os.MkdirAll(mounts[i], 0o755)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,15 +10,13 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
-	"time"
 
 	"wsfs/internal/commit"
+	"wsfs/internal/daemon"
 	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
-	"wsfs/internal/metrics"
 	"wsfs/internal/pool"
 	"wsfs/internal/seglog"
-	"wsfs/internal/supervisor"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -118,113 +115,23 @@ first); fsync returns once everything before it is durable.`)
 		}
 	}
 
-	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
-	if err != nil {
-		return fmt.Errorf("open pool %s: %w", h.PoolDir(), err)
-	}
-	var m *metrics.Metrics
-	if *metricsAddr != "" {
-		m = metrics.New(name)
-	}
-	wsOpts := workspace.Options{
-		Dir: h.WorkspaceDir(name), Pool: p,
+	err = daemon.Run(ctx, daemon.Config{
+		Host: h, Name: name, MountPoint: mp,
 		GroupRecords: *groupRecords, GroupWindow: *groupWindow, Drain: d,
-		Logger: lg,
-	}
-	if m != nil {
-		wsOpts.Observer = m
-	}
-	ws, err := workspace.Open(wsOpts)
-	if err != nil {
-		return classifyOpenError(name, err)
-	}
-	closeWS := func() error {
-		if err := ws.Close(); err != nil {
-			return fmt.Errorf("close workspace %s: %w", name, err)
-		}
-		return nil
-	}
-	// Holding the lock proves no live daemon serves the workspace; a wsfs
-	// mount left at the mount point whose connection is gone (a SIGKILLed
-	// daemon's) is detached, so the remount needs no manual umount.
-	dead, err := fusefs.DetachDead(mp)
-	for _, d := range dead {
-		lg.Warn("detached the dead mount of a previous daemon (lazy unmount)", "mountpoint", d.Point, "source", d.Source)
-	}
-	if err != nil {
-		closeWS()
-		var pe *fusefs.PreconditionError
-		if errors.As(err, &pe) {
-			return preconditionError{err}
-		}
-		return err
-	}
-
-	srv, err := fusefs.Mount(ws, mp, fusefs.Options{
-		Name: h.MountName(name), EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout, NegativeTimeout: *entryTimeout,
-		Passthrough: *passthrough, Writeback: *writeback,
-		Logger: lg, Metrics: m, Debug: *debugFUSE,
+		EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout,
+		Passthrough: *passthrough, Writeback: *writeback, DebugFUSE: *debugFUSE,
+		MetricsAddr: *metricsAddr, ReadyFile: *readyFile, Logger: lg,
+		Serving: func(mp string) { fmt.Fprintf(g.stderr, "wsfs: serving %s at %s\n", name, mp) },
 	})
-	if err != nil {
-		closeWS()
-		var pe *fusefs.PreconditionError
-		if errors.As(err, &pe) {
-			return preconditionError{err}
-		}
-		return err
+	var oe *daemon.OpenError
+	var pe *fusefs.PreconditionError
+	switch {
+	case errors.As(err, &oe):
+		return classifyOpenError(name, oe.Err)
+	case errors.As(err, &pe):
+		return preconditionError{err}
 	}
-	var ms *metrics.Server
-	if m != nil {
-		m.WatchEngine(func() metrics.EngineStats {
-			s := ws.Stats()
-			return metrics.EngineStats{Pending: s.Pending, LastGroup: s.CommittedGroup, Inodes: s.Inodes,
-				BytesInline: s.BytesInline, BytesPooled: s.BytesPooled, BytesDeduped: s.BytesDeduped,
-				Failed: s.Failed != nil, Stalled: s.Stalled != nil}
-		})
-		if ms, err = m.Serve(*metricsAddr); err != nil {
-			return errors.Join(err, srv.Unmount(), closeWS())
-		}
-		defer ms.Close()
-		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
-	}
-	// `wsfs snapshot create` reaches this daemon through it (snapctl.go).
-	stopControl, err := startSnapshotControl(ws, h.WorkspaceDir(name), p, lg)
-	if err != nil {
-		return errors.Join(err, srv.Unmount(), closeWS())
-	}
-	defer stopControl()
-	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), supervisor.DaemonStatusName), ws, lg)
-	defer stopStatus()
-	stopWatch := watchWorkspaceDir(h.WorkspaceDir(name), time.Second, lg)
-	defer stopWatch()
-	if *readyFile != "" {
-		if err := writeReadyFile(*readyFile, mp); err != nil {
-			return errors.Join(err, srv.Unmount(), closeWS())
-		}
-		defer os.Remove(*readyFile)
-	}
-	fmt.Fprintf(g.stderr, "wsfs: serving %s at %s\n", name, mp)
-
-	select {
-	case <-ctx.Done():
-		lg.Info("signal received: committing and unmounting")
-		start := time.Now()
-		uerr := srv.Unmount()
-		cerr := closeWS()
-		if err := errors.Join(uerr, cerr); err != nil {
-			return err
-		}
-		lg.Info("unmounted cleanly", "took", time.Since(start).Round(time.Millisecond))
-		return nil
-	case <-srv.Done():
-		// Unmounted from outside (umount, fusermount -u): everything the
-		// kernel sent is committed by Close, but the daemon did not stop
-		// by request, so it exits with a failure (a supervisor restarts it).
-		if err := closeWS(); err != nil {
-			return err
-		}
-		return fmt.Errorf("the mount at %s was removed from outside; workspace committed and closed", mp)
-	}
+	return err
 }
 
 // ensurePrivate makes the host's private directories private
@@ -281,113 +188,6 @@ func classifyOpenError(name string, err error) error {
 		return corruptError{&reworded{msg: "workspace " + name + ": " + msg, err: err}}
 	}
 	return fmt.Errorf("open workspace %s: %w", name, err)
-}
-
-// writeReadyFile creates path atomically, holding the mount point.
-func writeReadyFile(path, mp string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(mp+"\n"), 0o644); err != nil {
-		return fmt.Errorf("ready file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("ready file: %w", err)
-	}
-	return nil
-}
-
-// startStatusFile rewrites the daemon's status file (read by `wsfs status`)
-// every second until ctx ends or the returned stop is called; stop writes it
-// once more so the file shows the final commit. The file is replaced by
-// rename and never synced: it is a live view, not state.
-func startStatusFile(ctx context.Context, path string, ws *workspace.Workspace, lg *slog.Logger) (stop func()) {
-	write := func() {
-		s := ws.Stats()
-		st := supervisor.DaemonStatus{Group: s.CommittedGroup, CommittedAt: s.CommittedAt, Pending: int64(s.Pending)}
-		if s.Failed != nil {
-			st.Failed = s.Failed.Error()
-		}
-		if s.Stalled != nil {
-			st.Stalled = s.Stalled.Error()
-		}
-		err := vfs.Publish(vfs.Default, path, false, func(f vfs.File) error {
-			return json.NewEncoder(f).Encode(st)
-		})
-		if err != nil {
-			lg.Debug("status file not written", "path", path, "err", err)
-		}
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			write()
-			select {
-			case <-t.C:
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-		write()
-	}
-}
-
-// watchWorkspaceDir checks every interval that dir is still the directory
-// the daemon locked (same device and inode as at the start), and logs an
-// ERROR (at once, then every minute) while it is not. The lock is on the
-// directory's inode, so a daemon keeps it through a rename; but if the
-// directory was moved away (or replaced by a copy), a new daemon for the
-// path would lock another directory, and this daemon's commits go where
-// nobody will look for them.
-func watchWorkspaceDir(dir string, interval time.Duration, lg *slog.Logger) (stop func()) {
-	var want syscall.Stat_t
-	if err := syscall.Stat(dir, &want); err != nil {
-		lg.Warn("cannot watch the workspace directory", "dir", dir, "err", err)
-		return func() {}
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		var lastErr time.Time
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			var st syscall.Stat_t
-			err := syscall.Stat(dir, &st)
-			if err == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-				lastErr = time.Time{}
-				continue
-			}
-			if time.Since(lastErr) < time.Minute {
-				continue
-			}
-			lastErr = time.Now()
-			what := "replaced by another directory"
-			if err != nil {
-				what = "moved or removed (" + err.Error() + ")"
-			}
-			lg.Error("the workspace directory was "+what+" while this daemon serves it: its commits go to the directory it locked, which is no longer at this path; put it back, or stop this daemon before starting another", "dir", dir)
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
 }
 
 // startCPUProfile starts a pprof CPU profile written to path; the returned

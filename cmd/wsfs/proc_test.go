@@ -41,8 +41,8 @@ const (
 	procCmdTimeout   = 60 * time.Second
 )
 
-// daemon is a `wsfs mount` process started by startDaemon.
-type daemon struct {
+// daemonProc is a `wsfs mount` process started by startDaemon.
+type daemonProc struct {
 	t     *testing.T
 	cmd   *exec.Cmd
 	mp    string
@@ -62,7 +62,7 @@ func wsfsCmd(ctx context.Context, args ...string) *exec.Cmd {
 // startDaemon runs `wsfs mount --home home [args] ws [mp]` (mp "" for the
 // default mount point) and waits until it serves. Cleanup stops it
 // (SIGTERM, then SIGKILL) and lazily unmounts mp.
-func startDaemon(t *testing.T, home, mp string, args ...string) *daemon {
+func startDaemon(t *testing.T, home, mp string, args ...string) *daemonProc {
 	t.Helper()
 	d := tryDaemon(t, home, mp, args...)
 	if err := d.waitReady(); err != nil {
@@ -71,14 +71,14 @@ func startDaemon(t *testing.T, home, mp string, args ...string) *daemon {
 	return d
 }
 
-func tryDaemon(t *testing.T, home, mp string, args ...string) *daemon {
+func tryDaemon(t *testing.T, home, mp string, args ...string) *daemonProc {
 	t.Helper()
 	return launchDaemon(t, home, "ws", mp, nil, args...)
 }
 
 // startNamedDaemon is startDaemon for workspace name, with env added to
 // the daemon's environment.
-func startNamedDaemon(t *testing.T, home, name, mp string, env []string, args ...string) *daemon {
+func startNamedDaemon(t *testing.T, home, name, mp string, env []string, args ...string) *daemonProc {
 	t.Helper()
 	d := launchDaemon(t, home, name, mp, env, args...)
 	if err := d.waitReady(); err != nil {
@@ -89,7 +89,7 @@ func startNamedDaemon(t *testing.T, home, name, mp string, env []string, args ..
 
 // launchDaemon starts `wsfs mount --home home [args] name [mp]` without
 // waiting for it to serve.
-func launchDaemon(t *testing.T, home, name, mp string, env []string, args ...string) *daemon {
+func launchDaemon(t *testing.T, home, name, mp string, env []string, args ...string) *daemonProc {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready")
 	a := append([]string{"mount", "--home", home, "--ready-file", ready, "--group-window", "5ms"}, args...)
@@ -99,7 +99,7 @@ func launchDaemon(t *testing.T, home, name, mp string, env []string, args ...str
 	} else {
 		mp = filepath.Join(home, "mnt", name)
 	}
-	d := &daemon{t: t, cmd: wsfsCmd(context.Background(), a...), mp: mp, out: &syncBuffer{}, done: make(chan struct{}), ready: ready}
+	d := &daemonProc{t: t, cmd: wsfsCmd(context.Background(), a...), mp: mp, out: &syncBuffer{}, done: make(chan struct{}), ready: ready}
 	d.cmd.Env = append(d.cmd.Env, env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
@@ -128,7 +128,7 @@ func launchDaemon(t *testing.T, home, name, mp string, env []string, args ...str
 	return d
 }
 
-func (d *daemon) waitReady() error {
+func (d *daemonProc) waitReady() error {
 	deadline := time.After(procReadyTimeout)
 	for {
 		if _, err := os.Stat(d.ready); err == nil {
@@ -146,7 +146,7 @@ func (d *daemon) waitReady() error {
 
 // stop sends sig and waits for the exit; it returns the exit code (-1 for
 // a signal death) and how long the exit took.
-func (d *daemon) stop(sig syscall.Signal) (int, time.Duration) {
+func (d *daemonProc) stop(sig syscall.Signal) (int, time.Duration) {
 	d.t.Helper()
 	start := time.Now()
 	d.cmd.Process.Signal(sig)

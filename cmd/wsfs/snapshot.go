@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"wsfs/internal/daemon"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
@@ -109,8 +110,8 @@ the copy of the durable tree, readers not at all.`)
 	how := "offline"
 	if errors.Is(err, vfs.ErrLocked) {
 		// Served: the daemon takes it.
-		rep, rerr := requestSnapshot(ctx, h.WorkspaceDir(name), *label)
-		if errors.Is(rerr, errNoControl) {
+		rep, rerr := daemon.RequestSnapshot(ctx, h.WorkspaceDir(name), *label)
+		if errors.Is(rerr, daemon.ErrNoControl) {
 			return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, err)}
 		}
 		if rerr != nil {

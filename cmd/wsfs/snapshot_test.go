@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/daemon"
 	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
@@ -223,7 +222,7 @@ func TestSnapshotCreateThroughDaemon(t *testing.T) {
 	defer w.Close()
 	h, _ := host.Open(home)
 	p, _ := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
-	stop, err := startSnapshotControl(w, h.WorkspaceDir("ws"), p, slog.New(slog.DiscardHandler))
+	stop, err := daemon.StartControl(w, h.WorkspaceDir("ws"), p, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,43 +381,5 @@ func TestSnapshotForkMounted(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(mp, "README")); string(got) != "changed\n" {
 		t.Fatalf("origin changed by a write to the fork: %q", got)
-	}
-}
-
-// TestControlSocketSilentClient: a client that connects to the control
-// socket and sends nothing cannot hold the daemon's stop past the read
-// timeout, and the daemon answers it with an error instead of a snapshot.
-func TestControlSocketSilentClient(t *testing.T) {
-	old := controlReadTimeout
-	controlReadTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { controlReadTimeout = old })
-	home, open := snapHost(t)
-	w := open()
-	defer w.Close()
-	h, _ := host.Open(home)
-	p, _ := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
-	stop, err := startSnapshotControl(w, h.WorkspaceDir("ws"), p, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("unix", controlSocketPath(h.WorkspaceDir("ws")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := bufio.NewReader(c).ReadBytes('\n')
-	if err != nil || !strings.Contains(string(line), "read request") {
-		t.Fatalf("reply to a silent client: %q, %v", line, err)
-	}
-	stopped := make(chan struct{})
-	go func() { stop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stop did not return with a silent client connected")
-	}
-	if ins, _ := snapshot.List(vfs.Default, h.WorkspaceDir("ws")); len(ins) != 0 {
-		t.Fatalf("a silent client made snapshots: %v", ins)
 	}
 }

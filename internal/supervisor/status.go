@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,22 +11,10 @@ import (
 	"time"
 
 	"wsfs/internal/agentstate"
+	"wsfs/internal/daemon"
 	"wsfs/internal/host"
 	"wsfs/internal/mountinfo"
 )
-
-// DaemonStatusName is the status file a mount daemon rewrites every second
-// in STATE/workspaces/NAME.
-const DaemonStatusName = "status.json"
-
-// DaemonStatus is the content of a daemon's status file.
-type DaemonStatus struct {
-	Group       uint64    `json:"group"`             // last committed group
-	CommittedAt time.Time `json:"committed_at"`      // when it committed
-	Pending     int64     `json:"pending"`           // records not yet committed
-	Failed      string    `json:"failed"`            // non-empty once the workspace failed
-	Stalled     string    `json:"stalled,omitempty"` // non-empty while commits wait for space on the log's filesystem
-}
 
 // StaleAfter is the age past which a status file is taken to belong to a
 // process that no longer runs (both daemon and sidecar rewrite theirs every
@@ -42,9 +29,9 @@ type WorkspaceStatus struct {
 	FSType     string // of the mount, when mounted
 	DeadMount  bool   // mounted, but the daemon behind it is gone (ENOTCONN)
 
-	Daemon      *DaemonStatus // nil if there is no status file
-	DaemonStale bool          // the file is older than StaleAfter
-	DaemonErr   string        // unreadable status file
+	Daemon      *daemon.Status // nil if there is no status file
+	DaemonStale bool           // the file is older than StaleAfter
+	DaemonErr   string         // unreadable status file
 
 	Sidecar      *agentstate.Status // nil if there is no status file
 	SidecarStale bool
@@ -74,8 +61,8 @@ func Collect(h *host.Host, now time.Time) ([]WorkspaceStatus, error) {
 				ws.DeadMount = true
 			}
 		}
-		p := filepath.Join(h.WorkspaceDir(n), DaemonStatusName)
-		if st, mtime, err := readDaemonStatus(p); err == nil {
+		p := filepath.Join(h.WorkspaceDir(n), daemon.StatusName)
+		if st, mtime, err := daemon.ReadStatus(p); err == nil {
 			ws.Daemon = &st
 			ws.DaemonStale = now.Sub(mtime) > StaleAfter
 		} else if !errors.Is(err, fs.ErrNotExist) {
@@ -105,23 +92,6 @@ func Collect(h *host.Host, now time.Time) ([]WorkspaceStatus, error) {
 		out = append(out, ws)
 	}
 	return out, nil
-}
-
-func readDaemonStatus(path string) (DaemonStatus, time.Time, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return DaemonStatus{}, time.Time{}, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return DaemonStatus{}, time.Time{}, err
-	}
-	var st DaemonStatus
-	if err := json.NewDecoder(f).Decode(&st); err != nil {
-		return DaemonStatus{}, time.Time{}, fmt.Errorf("daemon status %s: %w", path, err)
-	}
-	return st, fi.ModTime(), nil
 }
 
 // Columns renders a status as the columns of `wsfs status`:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"wsfs/internal/agentstate"
+	"wsfs/internal/daemon"
 	"wsfs/internal/host"
 )
 
@@ -38,18 +39,18 @@ func TestCollectAndColumns(t *testing.T) {
 	}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	// ws-1: fresh daemon and sidecar status; commits stalled on a full log.
-	writeJSON(t, filepath.Join(h.WorkspaceDir("ws-1"), DaemonStatusName),
+	writeJSON(t, filepath.Join(h.WorkspaceDir("ws-1"), daemon.StatusName),
 		map[string]any{"group": 42, "committed_at": now.Add(-1500 * time.Millisecond).Format(time.RFC3339Nano), "pending": 7, "failed": "",
 			"stalled": "log filesystem full"}, now)
 	writeJSON(t, agentstate.PathsFor(h, "ws-1").Status,
 		agentstate.Status{LocalTXID: 12, ReplicaTXID: 10, LastSyncAt: now.Add(-2 * time.Second), UpdatedAt: now}, now)
 	// ws-2: a failed workspace whose daemon and sidecar stopped long ago.
-	writeJSON(t, filepath.Join(h.WorkspaceDir("ws-2"), DaemonStatusName),
+	writeJSON(t, filepath.Join(h.WorkspaceDir("ws-2"), daemon.StatusName),
 		map[string]any{"group": 3, "committed_at": now.Add(-time.Hour).Format(time.RFC3339Nano), "pending": 0, "failed": "log sync: EIO"}, now.Add(-time.Hour))
 	writeJSON(t, agentstate.PathsFor(h, "ws-2").Status,
 		agentstate.Status{ReplicaTXID: 5, LocalTXID: 5, UpdatedAt: now.Add(-time.Hour), Error: "replica unreachable"}, now)
 	// ws-3: nothing yet; and an unreadable daemon status.
-	if err := os.WriteFile(filepath.Join(h.WorkspaceDir("ws-3"), DaemonStatusName), []byte("{"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(h.WorkspaceDir("ws-3"), daemon.StatusName), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 

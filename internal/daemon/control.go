@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bufio"
@@ -39,8 +39,8 @@ import (
 
 const controlSocketName = "control.sock"
 
-// controlSocketPath is the control socket of the workspace in wsDir.
-func controlSocketPath(wsDir string) string {
+// ControlSocketPath is the control socket of the workspace in wsDir.
+func ControlSocketPath(wsDir string) string {
 	p := filepath.Join(wsDir, controlSocketName)
 	if len(p) <= 107 {
 		return p
@@ -54,7 +54,10 @@ type controlRequest struct {
 	Label string `json:"label"`
 }
 
-type controlReply struct {
+// ControlReply is the daemon's answer to a snapshot request: the snapshot
+// taken (ID, the committed group it holds, its manifest root and what the
+// build wrote), or Error.
+type ControlReply struct {
 	Error   string `json:"error,omitempty"`
 	ID      uint64 `json:"id,omitempty"`
 	Group   uint64 `json:"group,omitempty"`
@@ -64,14 +67,14 @@ type controlReply struct {
 	Bytes   int    `json:"bytes,omitempty"`
 }
 
-// startSnapshotControl serves the control socket of the workspace in
+// StartControl serves the control socket of the workspace in
 // wsDir for ws until the returned stop is called (stop waits for a
 // snapshot in progress). The caller holds the workspace lock, so a socket
 // file left behind is a dead daemon's and is replaced.
-func startSnapshotControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.Logger) (stop func(), err error) {
-	path := controlSocketPath(wsDir)
+func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.Logger) (stop func(), err error) {
+	path := ControlSocketPath(wsDir)
 	if !strings.HasPrefix(path, "@") {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("control socket: remove stale %s: %w", path, err)
 		}
 	}
@@ -99,7 +102,7 @@ func startSnapshotControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, l
 				var req controlRequest
 				perr := peerAllowed(c)
 				line, err := bufio.NewReader(c).ReadBytes('\n')
-				var rep controlReply
+				var rep ControlReply
 				switch {
 				case perr != nil:
 					rep.Error = perr.Error()
@@ -120,7 +123,7 @@ func startSnapshotControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, l
 						rep.Error = err.Error()
 						lg.Error("snapshot failed", "err", err)
 					} else {
-						rep = controlReply{ID: in.ID, Group: in.Group, Root: in.Root.String(), Dirs: st.Dirs, Entries: st.Entries, Bytes: st.Bytes}
+						rep = ControlReply{ID: in.ID, Group: in.Group, Root: in.Root.String(), Dirs: st.Dirs, Entries: st.Entries, Bytes: st.Bytes}
 						lg.Info("snapshot", "id", in.ID, "group", in.Group, "dirs", st.Dirs, "took", time.Since(start).Round(time.Millisecond))
 					}
 				}
@@ -133,7 +136,7 @@ func startSnapshotControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, l
 		ln.Close()
 		wg.Wait()
 		if !strings.HasPrefix(path, "@") {
-			os.Remove(path)
+			vfs.Default.Remove(path)
 		}
 	}, nil
 }
@@ -169,29 +172,29 @@ func peerAllowed(c net.Conn) error {
 	return nil
 }
 
-// errNoControl: no daemon answers on the control socket.
-var errNoControl = errors.New("no daemon answers on the workspace's control socket")
+// ErrNoControl: no daemon answers on the control socket.
+var ErrNoControl = errors.New("no daemon answers on the workspace's control socket")
 
-// requestSnapshot asks the daemon serving the workspace in wsDir for a
-// snapshot. It returns an error wrapping errNoControl if none answers.
-func requestSnapshot(ctx context.Context, wsDir, label string) (controlReply, error) {
+// RequestSnapshot asks the daemon serving the workspace in wsDir for a
+// snapshot. It returns an error wrapping ErrNoControl if none answers.
+func RequestSnapshot(ctx context.Context, wsDir, label string) (ControlReply, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", controlSocketPath(wsDir))
+	c, err := d.DialContext(ctx, "unix", ControlSocketPath(wsDir))
 	if err != nil {
-		return controlReply{}, fmt.Errorf("%w: %v", errNoControl, err)
+		return ControlReply{}, fmt.Errorf("%w: %v", ErrNoControl, err)
 	}
 	defer c.Close()
 	b, _ := json.Marshal(controlRequest{Op: "snapshot", Label: label})
 	if _, err := c.Write(append(b, '\n')); err != nil {
-		return controlReply{}, fmt.Errorf("control socket: %w", err)
+		return ControlReply{}, fmt.Errorf("control socket: %w", err)
 	}
 	line, err := bufio.NewReader(c).ReadBytes('\n')
 	if err != nil {
-		return controlReply{}, fmt.Errorf("control socket: no reply: %w", err)
+		return ControlReply{}, fmt.Errorf("control socket: no reply: %w", err)
 	}
-	var rep controlReply
+	var rep ControlReply
 	if err := json.Unmarshal(line, &rep); err != nil {
-		return controlReply{}, fmt.Errorf("control socket: malformed reply: %w", err)
+		return ControlReply{}, fmt.Errorf("control socket: malformed reply: %w", err)
 	}
 	if rep.Error != "" {
 		return rep, fmt.Errorf("the daemon's snapshot failed: %s", rep.Error)

@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"bufio"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"wsfs/internal/pool"
+	"wsfs/internal/snapshot"
+	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
+)
+
+// serving opens a workspace and its control socket in a temp dir.
+func serving(t *testing.T) (wsDir string, stop func()) {
+	t.Helper()
+	root := t.TempDir()
+	p, err := pool.Open(vfs.Default, filepath.Join(root, "pool"), pool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsDir = filepath.Join(root, "state", "workspaces", "ws")
+	ws, err := workspace.Open(workspace.Options{Dir: wsDir, Pool: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	stop, err = StartControl(ws, wsDir, p, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wsDir, stop
+}
+
+// TestControlSocketSilentClient: a client that connects to the control
+// socket and sends nothing cannot hold the daemon's stop past the read
+// timeout, and the daemon answers it with an error instead of a snapshot.
+func TestControlSocketSilentClient(t *testing.T) {
+	old := controlReadTimeout
+	controlReadTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { controlReadTimeout = old })
+	wsDir, stop := serving(t)
+	c, err := net.Dial("unix", ControlSocketPath(wsDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil || !strings.Contains(string(line), "read request") {
+		t.Fatalf("reply to a silent client: %q, %v", line, err)
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stop did not return with a silent client connected")
+	}
+	if ins, _ := snapshot.List(vfs.Default, wsDir); len(ins) != 0 {
+		t.Fatalf("a silent client made snapshots: %v", ins)
+	}
+}
+
+// TestControlRequests: a snapshot through the socket, and requests the
+// daemon refuses with a reason.
+func TestControlRequests(t *testing.T) {
+	wsDir, stop := serving(t)
+	defer stop()
+	rep, err := RequestSnapshot(t.Context(), wsDir, "first")
+	if err != nil || rep.ID != 1 {
+		t.Fatalf("snapshot: %+v, %v", rep, err)
+	}
+	for _, c := range []struct{ req, want string }{
+		{`{"op":"restore"}`, "unknown op"},
+		{`not json`, "malformed request"},
+		{`{"op":"snapshot","label":"` + strings.Repeat("x", snapshot.MaxLabel+1) + `"}`, "label of"},
+	} {
+		conn, err := net.Dial("unix", ControlSocketPath(wsDir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte(c.req + "\n"))
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(conn).ReadBytes('\n')
+		conn.Close()
+		if err != nil || !strings.Contains(string(line), c.want) {
+			t.Errorf("%s: reply %q, %v; want %q", c.req, line, err, c.want)
+		}
+	}
+	if ins, _ := snapshot.List(vfs.Default, wsDir); len(ins) != 1 {
+		t.Fatalf("%d snapshots, want 1", len(ins))
+	}
+}

@@ -1,0 +1,197 @@
+// Package daemon assembles and runs one workspace daemon: the pool, the
+// recovered workspace, its FUSE mount, and beside them the metrics server,
+// the snapshot control socket (control.go), the status file `wsfs status`
+// reads (status.go) and the watch on the workspace directory (watch.go).
+// `wsfs mount` parses its flags into a Config and calls Run; tests can run a
+// daemon in process the same way.
+//
+// Run's contract: it returns only after the workspace is closed, with
+// everything that completed committed or the failure that prevented it.
+// Cancelling ctx (SIGINT, SIGTERM) is a requested stop: it unmounts (lazily
+// if files are still open), commits, and returns nil. A mount removed from
+// outside is not a requested stop: Run commits and returns an error, so a
+// supervisor restarts the daemon.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"wsfs/internal/commit"
+	"wsfs/internal/fusefs"
+	"wsfs/internal/host"
+	"wsfs/internal/metrics"
+	"wsfs/internal/pool"
+	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
+)
+
+// Config describes one daemon. The caller has checked the host (layout
+// mounted, private modes) and the mount point (host.CheckMountPoint; it
+// exists).
+type Config struct {
+	Host       *host.Host
+	Name       string // the workspace
+	MountPoint string // absolute
+
+	GroupRecords int           // records per commit group (workspace default if 0)
+	GroupWindow  time.Duration // commit window (workspace default if 0)
+	Drain        commit.Drain
+
+	EntryTimeout, AttrTimeout time.Duration // kernel caches (fusefs defaults if 0)
+	Passthrough, Writeback    bool
+	DebugFUSE                 bool // log every FUSE request
+
+	MetricsAddr string // serve Prometheus metrics there ("" for none)
+	ReadyFile   string // created once the mount is live, removed at exit ("" for none)
+	Logger      *slog.Logger
+	// Serving, if set, is called once the mount is live.
+	Serving func(mountPoint string)
+}
+
+// OpenError wraps a failure to open (recover) the workspace, so that the
+// caller can classify it (corrupt log or object, served by another daemon).
+type OpenError struct{ Err error }
+
+func (e *OpenError) Error() string { return e.Err.Error() }
+func (e *OpenError) Unwrap() error { return e.Err }
+
+// Run serves the workspace until ctx is cancelled or the mount is removed
+// from outside (see the package doc).
+func Run(ctx context.Context, cfg Config) (err error) {
+	h, name, mp, lg := cfg.Host, cfg.Name, cfg.MountPoint, cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
+	if err != nil {
+		return fmt.Errorf("open pool %s: %w", h.PoolDir(), err)
+	}
+	var m *metrics.Metrics
+	if cfg.MetricsAddr != "" {
+		m = metrics.New(name)
+	}
+	wsOpts := workspace.Options{
+		Dir: h.WorkspaceDir(name), Pool: p,
+		GroupRecords: cfg.GroupRecords, GroupWindow: cfg.GroupWindow, Drain: cfg.Drain,
+		Logger: lg,
+	}
+	if m != nil {
+		wsOpts.Observer = m
+	}
+	ws, err := workspace.Open(wsOpts)
+	if err != nil {
+		return &OpenError{err}
+	}
+	// From here on every return closes the workspace (committing what is
+	// pending) and reports a failure to do so with the error that ended
+	// the daemon.
+	closed := false
+	closeWS := func() error {
+		closed = true
+		if err := ws.Close(); err != nil {
+			return fmt.Errorf("close workspace %s: %w", name, err)
+		}
+		return nil
+	}
+	defer func() {
+		if !closed {
+			err = errors.Join(err, closeWS())
+		}
+	}()
+	// Holding the lock proves no live daemon serves the workspace; a wsfs
+	// mount left at the mount point whose connection is gone (a SIGKILLed
+	// daemon's) is detached, so the remount needs no manual umount.
+	dead, err := fusefs.DetachDead(mp)
+	for _, d := range dead {
+		lg.Warn("detached the dead mount of a previous daemon (lazy unmount)", "mountpoint", d.Point, "source", d.Source)
+	}
+	if err != nil {
+		return err
+	}
+	srv, err := fusefs.Mount(ws, mp, fusefs.Options{
+		Name: h.MountName(name), EntryTimeout: cfg.EntryTimeout, AttrTimeout: cfg.AttrTimeout, NegativeTimeout: cfg.EntryTimeout,
+		Passthrough: cfg.Passthrough, Writeback: cfg.Writeback,
+		Logger: lg, Metrics: m, Debug: cfg.DebugFUSE,
+	})
+	if err != nil {
+		return err
+	}
+	unmounted := false
+	defer func() {
+		if !unmounted {
+			err = errors.Join(err, srv.Unmount())
+		}
+	}()
+	if m != nil {
+		m.WatchEngine(func() metrics.EngineStats {
+			s := ws.Stats()
+			return metrics.EngineStats{Pending: s.Pending, LastGroup: s.CommittedGroup, Inodes: s.Inodes,
+				BytesInline: s.BytesInline, BytesPooled: s.BytesPooled, BytesDeduped: s.BytesDeduped,
+				Failed: s.Failed != nil, Stalled: s.Stalled != nil}
+		})
+		ms, err := m.Serve(cfg.MetricsAddr)
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
+	}
+	// `wsfs snapshot create` reaches this daemon through it.
+	stopControl, err := StartControl(ws, h.WorkspaceDir(name), p, lg)
+	if err != nil {
+		return err
+	}
+	defer stopControl()
+	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), StatusName), ws, lg)
+	defer stopStatus()
+	stopWatch := watchWorkspaceDir(h.WorkspaceDir(name), time.Second, lg)
+	defer stopWatch()
+	if cfg.ReadyFile != "" {
+		if err := writeReadyFile(cfg.ReadyFile, mp); err != nil {
+			return err
+		}
+		defer vfs.Default.Remove(cfg.ReadyFile)
+	}
+	if cfg.Serving != nil {
+		cfg.Serving(mp)
+	}
+
+	select {
+	case <-ctx.Done():
+		lg.Info("signal received: committing and unmounting")
+		start := time.Now()
+		unmounted = true
+		if err := errors.Join(srv.Unmount(), closeWS()); err != nil {
+			return err
+		}
+		lg.Info("unmounted cleanly", "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	case <-srv.Done():
+		// Unmounted from outside (umount, fusermount -u): everything the
+		// kernel sent is committed by Close, but the daemon did not stop
+		// by request, so it exits with a failure (a supervisor restarts it).
+		unmounted = true
+		if err := closeWS(); err != nil {
+			return err
+		}
+		return fmt.Errorf("the mount at %s was removed from outside; workspace committed and closed", mp)
+	}
+}
+
+// writeReadyFile creates path atomically, holding the mount point (not
+// synced: it tells a script or supervisor the mount is live, it is not
+// state).
+func writeReadyFile(path, mp string) error {
+	if err := vfs.Publish(vfs.Default, path, false, func(f vfs.File) error {
+		_, err := f.Write([]byte(mp + "\n"))
+		return err
+	}); err != nil {
+		return fmt.Errorf("ready file: %w", err)
+	}
+	return nil
+}
