@@ -242,7 +242,10 @@ func mkdirDurable(fsys vfs.FS, dir string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	// Private, as every directory under STATE: a catalog names file
+	// contents (labels, manifest roots) and a fork's directory holds its
+	// log and checkpoints.
+	if err := fsys.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	for _, d := range missing {
