@@ -201,11 +201,12 @@ func readEntry(fsys vfs.FS, wsDir string, id uint64) (Info, error) {
 		return Info{}, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}
 	in, err := DecodeEntry(b)
-	if err != nil {
-		return Info{}, fmt.Errorf("snapshot: %s: %w", path, err)
+	if err == nil && in.ID != id {
+		err = fmt.Errorf("%w: holds id %d", ErrBadEntry, in.ID)
 	}
-	if in.ID != id {
-		return Info{}, fmt.Errorf("snapshot: %s: %w: holds id %d", path, ErrBadEntry, in.ID)
+	if err != nil {
+		return Info{}, fmt.Errorf("snapshot: %s: %w (the snapshot is lost unless a backup has this file; remove the damaged entry with `wsfs snapshot rm %s@%d`)",
+			path, err, filepath.Base(wsDir), id)
 	}
 	return in, nil
 }
@@ -305,7 +306,9 @@ func Remove(fsys vfs.FS, wsDir string, id uint64) error {
 }
 
 func removeLocked(fsys vfs.FS, wsDir string, id uint64) error {
-	if _, err := readEntry(fsys, wsDir, id); err != nil {
+	// A damaged entry is removed like any other: it is the way out of a
+	// catalog that List (and so gc, prune) refuses.
+	if _, err := readEntry(fsys, wsDir, id); err != nil && !errors.Is(err, ErrBadEntry) {
 		return err
 	}
 	next, err := nextID(fsys, wsDir)

@@ -6,11 +6,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/pool"
+	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
 
@@ -232,5 +234,30 @@ func TestForEachObject(t *testing.T) {
 	noErr(t, ForEachObject(e.fs, e.wsDir("w"), e.pool, func(pool.ID) { n++ }))
 	if n != 0 {
 		t.Fatalf("after removing the only snapshot, %d objects listed", n)
+	}
+}
+
+// TestRemoveDamagedEntry: a catalog entry with a flipped byte makes List
+// fail (naming the file and the way out), and Remove of that ID removes
+// it, after which the catalog lists again.
+func TestRemoveDamagedEntry(t *testing.T) {
+	e, create := catalogEnv(t)
+	create("a", time.Now())
+	b := create("b", time.Now())
+	path := filepath.Join(Dir(e.wsDir("w")), entryName(b.ID))
+	data, err := readFile(e.fs, path)
+	noErr(t, err)
+	data[len(data)/2] ^= 0xff
+	noErr(t, vfs.Publish(e.fs, path, true, func(f vfs.File) error { _, err := f.Write(data); return err }))
+	_, err = List(e.fs, e.wsDir("w"))
+	if !errors.Is(err, ErrBadEntry) || !strings.Contains(err.Error(), "wsfs snapshot rm w@2") {
+		t.Fatalf("List of a damaged catalog: %v", err)
+	}
+	noErr(t, Remove(e.fs, e.wsDir("w"), b.ID))
+	if got := ids(t, e); !equalIDs(got, []uint64{1}) {
+		t.Fatalf("after removing the damaged entry: %v", got)
+	}
+	if in := create("c", time.Now()); in.ID != 3 {
+		t.Fatalf("next ID %d, want 3 (IDs are never reused)", in.ID)
 	}
 }
