@@ -101,8 +101,8 @@ func startSnapshotControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, l
 					rep.Error = "malformed request"
 				case req.Op != "snapshot":
 					rep.Error = fmt.Sprintf("unknown op %q", req.Op)
-				case len(req.Label) > snapshot.MaxLabel:
-					rep.Error = fmt.Sprintf("label of %d bytes (at most %d)", len(req.Label), snapshot.MaxLabel)
+				case snapshot.ValidateLabel(req.Label) != nil:
+					rep.Error = snapshot.ValidateLabel(req.Label).Error()
 				default:
 					mu.Lock()
 					start := time.Now()

@@ -41,6 +41,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
@@ -75,6 +77,24 @@ type Info struct {
 
 // Dir is the catalog directory of the workspace in wsDir.
 func Dir(wsDir string) string { return filepath.Join(wsDir, "snapshots") }
+
+// ValidateLabel refuses a label that 'wsfs snapshot ls' could not print
+// on one line: longer than MaxLabel bytes, not UTF-8, or holding a
+// control character (a newline or tab would forge or shift rows).
+func ValidateLabel(label string) error {
+	if len(label) > MaxLabel {
+		return fmt.Errorf("label of %d bytes (at most %d)", len(label), MaxLabel)
+	}
+	if !utf8.ValidString(label) {
+		return fmt.Errorf("label %q is not UTF-8", label)
+	}
+	for _, r := range label {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("label %q holds a control character (%U); use printable characters", label, r)
+		}
+	}
+	return nil
+}
 
 func entryName(id uint64) string { return fmt.Sprintf("%020d%s", id, entrySuffix) }
 

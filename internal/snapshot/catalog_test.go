@@ -261,3 +261,42 @@ func TestRemoveDamagedEntry(t *testing.T) {
 		t.Fatalf("next ID %d, want 3 (IDs are never reused)", in.ID)
 	}
 }
+
+// TestLabels: a label that 'snapshot ls' could not print on one line is
+// refused before anything is written; printable ones (UTF-8 included)
+// are kept as given.
+func TestLabels(t *testing.T) {
+	e, _ := catalogEnv(t)
+	for _, tc := range []struct {
+		label string
+		ok    bool
+	}{
+		{"before refactor", true},
+		{"über-test ✓", true},
+		{"", true},
+		{strings.Repeat("x", MaxLabel), true},
+		{strings.Repeat("x", MaxLabel+1), false},
+		{"a\nws@99  2026-01-01T00:00:00Z", false},
+		{"tab\there", false},
+		{"esc\x1b[2J", false},
+		{"nul\x00", false},
+		{"\xff\xfe", false},
+		{"del\x7f", false},
+	} {
+		err := ValidateLabel(tc.label)
+		if (err == nil) != tc.ok {
+			t.Errorf("ValidateLabel(%q) = %v, want ok=%v", tc.label, err, tc.ok)
+		}
+		before := ids(t, e)
+		in, _, err := CreateOffline(e.opts("w"), tc.label, time.Now())
+		if (err == nil) != tc.ok {
+			t.Errorf("CreateOffline(label %q) = %v, want ok=%v", tc.label, err, tc.ok)
+		}
+		if err != nil && len(ids(t, e)) != len(before) {
+			t.Errorf("label %q refused, but an entry was published", tc.label)
+		}
+		if err == nil && in.Label != tc.label {
+			t.Errorf("label %q stored as %q", tc.label, in.Label)
+		}
+	}
+}
