@@ -396,7 +396,10 @@ func TestUnmountedLayoutRefused(t *testing.T) {
 		{"state", "restore", "--home", home, "ws", "--to", filepath.Join(t.TempDir(), "r.db")},
 		{"sidecar", "--home", home, "ws"},
 	} {
-		code, out := wsfsRun(ctx, args...)
+		// Bounded: a command that does not refuse may serve (sidecar).
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		code, out := wsfsRun(cctx, args...)
+		cancel()
 		if code != exitPrecondition || !strings.Contains(out, "not mounted at "+h.StateDir()) {
 			t.Errorf("%v: exit %d, %s", args, code, out)
 		}
