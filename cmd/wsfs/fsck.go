@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
@@ -125,7 +124,7 @@ func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repai
 	// Whether a daemon serves it, for the report only: from the mount
 	// table, not by trying the lock (that would make a daemon starting at
 	// this instant fail). Repair takes the lock and finds out for sure.
-	mps, _ := fusefs.Mounts(name)
+	mps, _ := hostMounts(h, name) // hostmounts.go
 	locked := len(mps) > 0
 	rep, err := workspace.Check(opts)
 	if err != nil {

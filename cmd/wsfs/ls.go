@@ -7,7 +7,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"wsfs/internal/fusefs"
 	"wsfs/internal/vfs"
 )
 
@@ -47,7 +46,7 @@ where it is mounted, and the size of its log and checkpoints.`)
 		} else if locked {
 			served = "yes"
 		}
-		mps, err := fusefs.Mounts(n)
+		mps, err := hostMounts(h, n) // hostmounts.go
 		at := strings.Join(mps, ",")
 		if err != nil {
 			at = "? (" + err.Error() + ")"

@@ -193,7 +193,7 @@ first); fsync returns once everything before it is durable.`)
 		return errors.Join(err, srv.Unmount(), closeWS())
 	}
 	defer stopControl()
-	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), supervisor.DaemonStatusName), ws, lg)
+	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), supervisor.DaemonStatusName), mp, ws, lg)
 	defer stopStatus()
 	stopWatch := watchWorkspaceDir(h.WorkspaceDir(name), time.Second, lg)
 	defer stopWatch()
@@ -300,10 +300,10 @@ func writeReadyFile(path, mp string) error {
 // every second until ctx ends or the returned stop is called; stop writes it
 // once more so the file shows the final commit. The file is replaced by
 // rename and never synced: it is a live view, not state.
-func startStatusFile(ctx context.Context, path string, ws *workspace.Workspace, lg *slog.Logger) (stop func()) {
+func startStatusFile(ctx context.Context, path, mp string, ws *workspace.Workspace, lg *slog.Logger) (stop func()) {
 	write := func() {
 		s := ws.Stats()
-		st := supervisor.DaemonStatus{Group: s.CommittedGroup, CommittedAt: s.CommittedAt, Pending: int64(s.Pending)}
+		st := supervisor.DaemonStatus{Group: s.CommittedGroup, CommittedAt: s.CommittedAt, Pending: int64(s.Pending), MountPoint: mp}
 		if s.Failed != nil {
 			st.Failed = s.Failed.Error()
 		}

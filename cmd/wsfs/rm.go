@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/vfs"
 )
@@ -40,7 +39,7 @@ objects it referenced are removed later by 'wsfs gc'.`)
 	if err != nil {
 		return err
 	}
-	mps, err := fusefs.Mounts(name)
+	mps, err := hostMounts(h, name) // hostmounts.go
 	if err != nil {
 		return err
 	}

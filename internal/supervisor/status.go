@@ -27,6 +27,16 @@ type DaemonStatus struct {
 	Pending     int64     `json:"pending"`           // records not yet committed
 	Failed      string    `json:"failed"`            // non-empty once the workspace failed
 	Stalled     string    `json:"stalled,omitempty"` // non-empty while commits wait for space on the log's filesystem
+	// MountPoint is where the daemon mounted the workspace: it tells this
+	// host's mounts from another host's of a workspace of the same name
+	// (the mount table names only the workspace).
+	MountPoint string `json:"mountpoint,omitempty"`
+}
+
+// ReadDaemonStatus reads the status file at path (see DaemonStatus).
+func ReadDaemonStatus(path string) (DaemonStatus, error) {
+	st, _, err := readDaemonStatus(path)
+	return st, err
 }
 
 // StaleAfter is the age past which a status file is taken to belong to a
