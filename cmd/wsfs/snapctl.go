@@ -77,6 +77,13 @@ func startSnapshotControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, l
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
+	if !strings.HasPrefix(path, "@") {
+		// Private like everything under STATE (the umask left it 0755).
+		if err := os.Chmod(path, 0o600); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("control socket %s: %w", path, err)
+		}
+	}
 	var mu sync.Mutex // one snapshot at a time
 	var wg sync.WaitGroup
 	wg.Add(1)
