@@ -250,6 +250,11 @@ func TestRestoreAtTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
+	if opts.SocketPath != "" && !isAbstract(opts.SocketPath) {
+		if st, err := os.Stat(opts.SocketPath); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("sidecar socket %s: %v, mode %v, want 0600", opts.SocketPath, err, st.Mode().Perm())
+		}
+	}
 	w := newWriter(t, opts.DBPath)
 	w.insert(t, 20)
 	if _, err := s.Sync(ctx); err != nil {
