@@ -39,6 +39,13 @@ starting with a letter or digit). It is empty until mounted with
 	if err := checkLayoutMounted(h); err != nil {
 		return err
 	}
+	mounts, err := wsfsMountsForCheck()
+	if err != nil {
+		return err
+	}
+	if err := h.CheckNotOnWsfs(mounts); err != nil {
+		return preconditionError{err}
+	}
 	if err := h.CreateWorkspace(name); err != nil {
 		if errors.Is(err, host.ErrWorkspaceExists) {
 			return preconditionError{err}

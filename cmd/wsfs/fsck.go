@@ -12,6 +12,7 @@ import (
 	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
+	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -131,6 +132,46 @@ func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repai
 		return 0, err
 	}
 	printReport(w, name, rep, locked)
+	snaps, err := snapshot.Check(vfs.Default, opts.Dir, p, verify)
+	if err != nil {
+		return 0, fmt.Errorf("snapshots: %w", err)
+	}
+	printSnapshotReport(w, name, snaps)
+	if len(snaps.Damage) > 0 {
+		if repair {
+			fmt.Fprintf(w, "%s: --repair does not touch snapshots; see the advice above\n", name)
+		}
+		if res, err := fsckWorkspace(w, h, opts, rep, repair, stamp); err != nil || res == fsckServed {
+			return res, err
+		}
+		return fsckCorrupt, nil
+	}
+	return fsckWorkspace(w, h, opts, rep, repair, stamp)
+}
+
+// printSnapshotReport prints what snapshot.Check found, as printReport.
+func printSnapshotReport(w io.Writer, name string, rep *snapshot.CheckReport) {
+	if rep.Snapshots == 0 {
+		return
+	}
+	state := "ok"
+	if len(rep.Damage) > 0 {
+		state = "DAMAGED"
+	}
+	verified := ""
+	if rep.Verified > 0 {
+		verified = fmt.Sprintf(", %d verified", rep.Verified)
+	}
+	fmt.Fprintf(w, "%s: snapshots %s: %d snapshots, %d objects%s\n", name, state, rep.Snapshots, rep.Objects, verified)
+	for _, d := range rep.Damage {
+		fmt.Fprintf(w, "%s: DAMAGE snapshot: %s\n  %s\n  to do: %s\n", name, d.Where, d.What, d.Do)
+	}
+}
+
+// fsckWorkspace finishes fsckOne for the workspace's own log and
+// checkpoints (rep), repairing them if asked.
+func fsckWorkspace(w io.Writer, h *host.Host, opts workspace.CheckOptions, rep *workspace.Report, repair bool, stamp string) (fsckResult, error) {
+	name := filepath.Base(opts.Dir)
 	if !repair {
 		if rep.Corrupt() {
 			return fsckCorrupt, nil

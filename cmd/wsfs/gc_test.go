@@ -379,8 +379,29 @@ func TestUnmountedLayoutRefused(t *testing.T) {
 		{"up", "--home", home},
 		{"init", "--home", home},
 		{"gc", "--home", home},
+		// Every other command that reads the host: underneath an
+		// unmounted layout "no workspaces" (or "no such workspace: create
+		// it") is a lie, and fsck's silence an exit 0.
+		{"ls", "--home", home},
+		{"status", "--home", home},
+		{"rm", "--home", home, "ws"},
+		{"fsck", "--home", home},
+		{"fsck", "--home", home, "ws"},
+		{"snapshot", "create", "--home", home, "ws"},
+		{"snapshot", "ls", "--home", home, "ws"},
+		{"snapshot", "rm", "--home", home, "ws@1"},
+		{"snapshot", "prune", "--home", home, "ws", "--keep-last", "1"},
+		{"fork", "--home", home, "ws@1", "ws-3"},
+		{"diff", "--home", home, "ws@1"},
+		{"restore", "--home", home, "ws@1"},
+		{"state", "sync", "--home", home, "ws", "--timeout", "1s"},
+		{"state", "restore", "--home", home, "ws", "--to", filepath.Join(t.TempDir(), "r.db")},
+		{"sidecar", "--home", home, "ws"},
 	} {
-		code, out := wsfsRun(ctx, args...)
+		// Bounded: a command that does not refuse may serve (sidecar).
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		code, out := wsfsRun(cctx, args...)
+		cancel()
 		if code != exitPrecondition || !strings.Contains(out, "not mounted at "+h.StateDir()) {
 			t.Errorf("%v: exit %d, %s", args, code, out)
 		}

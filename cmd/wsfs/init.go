@@ -30,14 +30,26 @@ an older wsfs it also writes the identity markers that 'wsfs gc' needs
 	if flags.NArg() != 0 {
 		return usageError{fmt.Sprintf("init takes no arguments, got %q", flags.Args())}
 	}
+	mounts, err := wsfsMountsForCheck()
+	if err != nil {
+		return err
+	}
 	if h0, err := host.Open(g.home); err == nil {
 		if err := checkLayoutMounted(h0); err != nil {
 			return err
 		}
+		if err := h0.CheckNotOnWsfs(mounts); err != nil {
+			return preconditionError{err}
+		}
+	} else if err := host.CheckHomeNotOnWsfs(g.home, mounts); err != nil {
+		return preconditionError{err}
 	}
 	h, err := host.Init(g.home)
 	if err != nil {
 		return err
+	}
+	if err := h.CheckNotOnWsfs(mounts); err != nil { // wsfs.json may point elsewhere
+		return preconditionError{err}
 	}
 	if err := ensurePrivate(h, slog.New(slog.NewTextHandler(g.stderr, nil))); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/layout"
 	"wsfs/internal/mountinfo"
@@ -14,6 +15,9 @@ import (
 // mountsForCheck reads the mount table; a variable so that tests can
 // present a layout whose filesystems are not mounted without root.
 var mountsForCheck = mountinfo.Read
+
+// wsfsMountsForCheck lists the wsfs mounts (a variable for tests).
+var wsfsMountsForCheck = fusefs.WsfsMountPoints
 
 // checkLayoutMounted refuses (a preconditionError) when the host has a
 // dedicated layout (HOME/layout/layout.json) and one of its filesystems is

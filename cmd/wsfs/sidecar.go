@@ -89,6 +89,11 @@ func openHostChecked(home, name string) (*host.Host, error) {
 		}
 		return nil, err
 	}
+	// Before anything reads the state or the pool: underneath a layout
+	// filesystem that is not mounted, every workspace looks missing.
+	if err := checkLayoutMounted(h); err != nil { // layoutcheck.go
+		return nil, err
+	}
 	if name != "" {
 		if err := h.CheckWorkspace(name); err != nil {
 			if errors.Is(err, host.ErrNoWorkspace) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -97,8 +98,8 @@ the copy of the durable tree, readers not at all.`)
 	if flags.NArg() != 1 {
 		return usageError{fmt.Sprintf("want one workspace NAME, got %d arguments", flags.NArg())}
 	}
-	if len(*label) > snapshot.MaxLabel {
-		return usageError{fmt.Sprintf("--label of %d bytes, at most %d", len(*label), snapshot.MaxLabel)}
+	if err := snapshot.ValidateLabel(*label); err != nil {
+		return usageError{"--label: " + err.Error()}
 	}
 	name := flags.Arg(0)
 	h, p, err := snapshotHost(g, name)
@@ -170,7 +171,11 @@ func runSnapshotLs(ctx context.Context, g *globals, args []string) error {
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SNAPSHOT\tTIME\tGROUP\tROOT\tLABEL")
 	for _, in := range all {
-		fmt.Fprintf(tw, "%s@%d\t%s\t%d\t%.12s\t%s\n", name, in.ID, in.Time.Local().Format(time.RFC3339), in.Group, in.Root.String(), in.Label)
+		label := in.Label
+		if snapshot.ValidateLabel(label) != nil { // written by an older wsfs
+			label = strconv.Quote(label)
+		}
+		fmt.Fprintf(tw, "%s@%d\t%s\t%d\t%.12s\t%s\n", name, in.ID, in.Time.Local().Format(time.RFC3339), in.Group, in.Root.String(), label)
 	}
 	return tw.Flush()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -49,11 +48,8 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	h, err := host.Open(g.home)
+	h, err := openHostChecked(g.home, "") // sidecar.go
 	if err != nil {
-		if errors.Is(err, host.ErrNoHost) {
-			return preconditionError{err}
-		}
 		return err
 	}
 	now := time.Now()

@@ -250,6 +250,11 @@ func TestRestoreAtTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
+	if opts.SocketPath != "" && !isAbstract(opts.SocketPath) {
+		if st, err := os.Stat(opts.SocketPath); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("sidecar socket %s: %v, mode %v, want 0600", opts.SocketPath, err, st.Mode().Perm())
+		}
+	}
 	w := newWriter(t, opts.DBPath)
 	w.insert(t, 20)
 	if _, err := s.Sync(ctx); err != nil {
@@ -278,6 +283,15 @@ func TestRestoreAtTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameRows(t, "restore latest", dump(t, toB), wantB)
+	// The restored database is the agent's state: private, wherever it is.
+	for _, p := range []string{toA, toB} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("restored %s: %v, mode %v, want 0600", p, err, st.Mode().Perm())
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(toB), ".tmp-*")); len(left) > 0 {
+		t.Errorf("restore left %v", left)
+	}
 }
 
 type child struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/benbjohnson/litestream"
@@ -46,12 +48,26 @@ func Restore(ctx context.Context, opt RestoreOptions) error {
 	if err := CheckReplica(ctx, client, opt.ReplicaURL, 30*time.Second); err != nil {
 		return err
 	}
+	// The database holds the agent's state: it is built in a private
+	// directory beside opt.To and made 0600 before it appears under its
+	// name (Litestream creates it with the umask's mode, 0644 by default,
+	// readable by every user of the host wherever --to points).
+	tmpDir, err := os.MkdirTemp(filepath.Dir(opt.To), ".tmp-restore-")
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	defer os.RemoveAll(tmpDir)
+	out := filepath.Join(tmpDir, filepath.Base(opt.To))
 	r := litestream.NewReplicaWithClient(nil, client)
 	ro := litestream.NewRestoreOptions()
-	ro.OutputPath = opt.To
+	ro.OutputPath = out
 	ro.Timestamp = opt.At
 	ro.IntegrityCheck = litestream.IntegrityCheckQuick
-	if err := r.Restore(ctx, ro); err != nil {
+	err = r.Restore(ctx, ro)
+	if err == nil {
+		err = publishPrivate(out, opt.To)
+	}
+	if err != nil {
 		if errors.Is(err, litestream.ErrTxNotAvailable) || errors.Is(err, litestream.ErrNoSnapshots) {
 			return fmt.Errorf("restore %s: %w", opt.To, notAvailable(ctx, client, opt, err))
 		}
@@ -128,4 +144,22 @@ func notAvailable(ctx context.Context, c litestream.ReplicaClient, opt RestoreOp
 	}
 	e.First, e.Last = e.First.UTC(), e.Last.UTC()
 	return e
+}
+
+// publishPrivate makes the restored database out 0600 and links it to to
+// (which must not exist: a restore never overwrites a database), then
+// syncs to's directory.
+func publishPrivate(out, to string) error {
+	if err := os.Chmod(out, 0o600); err != nil {
+		return err
+	}
+	if err := os.Link(out, to); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(to))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -250,6 +250,14 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 			store.Close(context.Background())
 			return fail(fmt.Errorf("listen on %s: %w", opts.SocketPath, err))
 		}
+		if !isAbstract(opts.SocketPath) {
+			// Private like the database beside it (the umask left it 0755).
+			if err := os.Chmod(opts.SocketPath, 0o600); err != nil {
+				ln.Close()
+				store.Close(context.Background())
+				return fail(fmt.Errorf("listen on %s: %w", opts.SocketPath, err))
+			}
+		}
 		s.ln = ln
 	}
 

@@ -82,6 +82,13 @@ func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
+	if !strings.HasPrefix(path, "@") {
+		// Private like everything under STATE (the umask left it 0755).
+		if err := os.Chmod(path, 0o600); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("control socket %s: %w", path, err)
+		}
+	}
 	var mu sync.Mutex // one snapshot at a time
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -112,8 +119,8 @@ func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.
 					rep.Error = "malformed request"
 				case req.Op != "snapshot":
 					rep.Error = fmt.Sprintf("unknown op %q", req.Op)
-				case len(req.Label) > snapshot.MaxLabel:
-					rep.Error = fmt.Sprintf("label of %d bytes (at most %d)", len(req.Label), snapshot.MaxLabel)
+				case snapshot.ValidateLabel(req.Label) != nil:
+					rep.Error = snapshot.ValidateLabel(req.Label).Error()
 				default:
 					mu.Lock()
 					start := time.Now()

@@ -409,12 +409,31 @@ func (h *Host) CheckMountPoint(mp string, mounts []string) error {
 			return fmt.Errorf("%w: the host directory %s is inside the mount point %s; the daemon would write into its own mount: use a mount point outside it, such as the default %s", ErrMountInHost, d, mp, h.MountPoint("NAME"))
 		}
 	}
+	return h.CheckNotOnWsfs(mounts)
+}
+
+// CheckNotOnWsfs refuses a host whose STATE or POOL lies on one of the
+// wsfs mounts mounts (CheckMountPoint's second half, for the commands
+// that make a host or a workspace: a host there could never be mounted).
+func (h *Host) CheckNotOnWsfs(mounts []string) error {
 	for _, m := range mounts {
 		rm := resolve(m)
 		for _, d := range []string{h.state, h.pool} {
 			if within(resolve(d), rm) {
 				return fmt.Errorf("%w: the host directory %s lies on the wsfs mount %s; state and pool must be on a native filesystem", ErrMountInHost, d, m)
 			}
+		}
+	}
+	return nil
+}
+
+// CheckHomeNotOnWsfs refuses a HOME that lies on one of the wsfs mounts
+// mounts, before a host is made there.
+func CheckHomeNotOnWsfs(home string, mounts []string) error {
+	rh := resolve(home)
+	for _, m := range mounts {
+		if within(rh, resolve(m)) {
+			return fmt.Errorf("%w: the host directory %s lies on the wsfs mount %s; a host's state and pool must be on a native filesystem (its daemons would write through a wsfs mount, and 'wsfs mount' refuses such a host)", ErrMountInHost, home, m)
 		}
 	}
 	return nil

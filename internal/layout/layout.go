@@ -396,6 +396,11 @@ func ensure(f *Filesystem, opts *Options) (string, error) {
 	if _, err := run("mount", "-t", "ext4", "-o", "noatime", dev, f.MountPoint); err != nil {
 		return "", err
 	}
+	// The root of a fresh ext4 is 0755; the state and pool are private
+	// (host.PrivateDirs) from the start, not from the first daemon's start.
+	if err := os.Chmod(f.MountPoint, 0o700); err != nil {
+		return "", fmt.Errorf("make %s private: %w", f.MountPoint, err)
+	}
 	opts.logf("%s: mounted %s at %s", f.Role, dev, f.MountPoint)
 	return dev, nil
 }

@@ -90,6 +90,12 @@ func TestCreateUseStatusDestroy(t *testing.T) {
 	if sd == homeDev || pd == homeDev || sd == pd {
 		t.Errorf("devices: home %d, state %d, pool %d: want three different", homeDev, sd, pd)
 	}
+	// A fresh ext4 root is 0755: private from the moment it is mounted.
+	for _, d := range []string{h.StateDir(), h.PoolDir()} {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s after layout create: %v, mode %v, want 0700", d, err, st.Mode().Perm())
+		}
+	}
 	// The host's directories exist on the new filesystems.
 	if _, err := os.Stat(filepath.Join(h.StateDir(), "workspaces")); err != nil {
 		t.Errorf("state filesystem lacks workspaces/: %v", err)

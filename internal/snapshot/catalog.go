@@ -41,6 +41,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
@@ -75,6 +77,24 @@ type Info struct {
 
 // Dir is the catalog directory of the workspace in wsDir.
 func Dir(wsDir string) string { return filepath.Join(wsDir, "snapshots") }
+
+// ValidateLabel refuses a label that 'wsfs snapshot ls' could not print
+// on one line: longer than MaxLabel bytes, not UTF-8, or holding a
+// control character (a newline or tab would forge or shift rows).
+func ValidateLabel(label string) error {
+	if len(label) > MaxLabel {
+		return fmt.Errorf("label of %d bytes (at most %d)", len(label), MaxLabel)
+	}
+	if !utf8.ValidString(label) {
+		return fmt.Errorf("label %q is not UTF-8", label)
+	}
+	for _, r := range label {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("label %q holds a control character (%U); use printable characters", label, r)
+		}
+	}
+	return nil
+}
 
 func entryName(id uint64) string { return fmt.Sprintf("%020d%s", id, entrySuffix) }
 
@@ -201,11 +221,12 @@ func readEntry(fsys vfs.FS, wsDir string, id uint64) (Info, error) {
 		return Info{}, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}
 	in, err := DecodeEntry(b)
-	if err != nil {
-		return Info{}, fmt.Errorf("snapshot: %s: %w", path, err)
+	if err == nil && in.ID != id {
+		err = fmt.Errorf("%w: holds id %d", ErrBadEntry, in.ID)
 	}
-	if in.ID != id {
-		return Info{}, fmt.Errorf("snapshot: %s: %w: holds id %d", path, ErrBadEntry, in.ID)
+	if err != nil {
+		return Info{}, fmt.Errorf("snapshot: %s: %w (the snapshot is lost unless a backup has this file; remove the damaged entry with `wsfs snapshot rm %s@%d`)",
+			path, err, filepath.Base(wsDir), id)
 	}
 	return in, nil
 }
@@ -275,7 +296,9 @@ func Remove(fsys vfs.FS, wsDir string, id uint64) error {
 }
 
 func removeLocked(fsys vfs.FS, wsDir string, id uint64) error {
-	if _, err := readEntry(fsys, wsDir, id); err != nil {
+	// A damaged entry is removed like any other: it is the way out of a
+	// catalog that List (and so gc, prune) refuses.
+	if _, err := readEntry(fsys, wsDir, id); err != nil && !errors.Is(err, ErrBadEntry) {
 		return err
 	}
 	next, err := nextID(fsys, wsDir)

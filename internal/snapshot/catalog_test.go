@@ -6,11 +6,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/objid"
+	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
 
@@ -232,5 +234,69 @@ func TestForEachObject(t *testing.T) {
 	noErr(t, ForEachObject(e.fs, e.wsDir("w"), e.pool, func(objid.ID) { n++ }))
 	if n != 0 {
 		t.Fatalf("after removing the only snapshot, %d objects listed", n)
+	}
+}
+
+// TestRemoveDamagedEntry: a catalog entry with a flipped byte makes List
+// fail (naming the file and the way out), and Remove of that ID removes
+// it, after which the catalog lists again.
+func TestRemoveDamagedEntry(t *testing.T) {
+	e, create := catalogEnv(t)
+	create("a", time.Now())
+	b := create("b", time.Now())
+	path := filepath.Join(Dir(e.wsDir("w")), entryName(b.ID))
+	data, err := readFile(e.fs, path)
+	noErr(t, err)
+	data[len(data)/2] ^= 0xff
+	noErr(t, vfs.Publish(e.fs, path, true, func(f vfs.File) error { _, err := f.Write(data); return err }))
+	_, err = List(e.fs, e.wsDir("w"))
+	if !errors.Is(err, ErrBadEntry) || !strings.Contains(err.Error(), "wsfs snapshot rm w@2") {
+		t.Fatalf("List of a damaged catalog: %v", err)
+	}
+	noErr(t, Remove(e.fs, e.wsDir("w"), b.ID))
+	if got := ids(t, e); !equalIDs(got, []uint64{1}) {
+		t.Fatalf("after removing the damaged entry: %v", got)
+	}
+	if in := create("c", time.Now()); in.ID != 3 {
+		t.Fatalf("next ID %d, want 3 (IDs are never reused)", in.ID)
+	}
+}
+
+// TestLabels: a label that 'snapshot ls' could not print on one line is
+// refused before anything is written; printable ones (UTF-8 included)
+// are kept as given.
+func TestLabels(t *testing.T) {
+	e, _ := catalogEnv(t)
+	for _, tc := range []struct {
+		label string
+		ok    bool
+	}{
+		{"before refactor", true},
+		{"über-test ✓", true},
+		{"", true},
+		{strings.Repeat("x", MaxLabel), true},
+		{strings.Repeat("x", MaxLabel+1), false},
+		{"a\nws@99  2026-01-01T00:00:00Z", false},
+		{"tab\there", false},
+		{"esc\x1b[2J", false},
+		{"nul\x00", false},
+		{"\xff\xfe", false},
+		{"del\x7f", false},
+	} {
+		err := ValidateLabel(tc.label)
+		if (err == nil) != tc.ok {
+			t.Errorf("ValidateLabel(%q) = %v, want ok=%v", tc.label, err, tc.ok)
+		}
+		before := ids(t, e)
+		in, _, err := CreateOffline(e.opts("w"), tc.label, time.Now())
+		if (err == nil) != tc.ok {
+			t.Errorf("CreateOffline(label %q) = %v, want ok=%v", tc.label, err, tc.ok)
+		}
+		if err != nil && len(ids(t, e)) != len(before) {
+			t.Errorf("label %q refused, but an entry was published", tc.label)
+		}
+		if err == nil && in.Label != tc.label {
+			t.Errorf("label %q stored as %q", tc.label, in.Label)
+		}
 	}
 }

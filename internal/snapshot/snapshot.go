@@ -24,8 +24,8 @@ import (
 // that is done: the snapshot then survives a crash. t must stay still for
 // the call (see workspace.StillTree).
 func Create(fsys vfs.FS, wsDir string, p *pool.Pool, t *namespace.Tree, group uint64, label string, now time.Time) (Info, manifest.BuildStats, error) {
-	if len(label) > MaxLabel {
-		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: label of %d bytes (at most %d)", len(label), MaxLabel)
+	if err := ValidateLabel(label); err != nil {
+		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: %w", err)
 	}
 	st := &manifest.PoolStore{Pool: p}
 	root, stats, err := manifest.Build(t, st)
@@ -74,8 +74,8 @@ func CreateOffline(opts workspace.Options, label string, now time.Time) (Info, m
 // encoded, and commits wait only for that; the rest (sync, catalog entry)
 // runs beside them.
 func CreateServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Pool, label string, now time.Time) (Info, manifest.BuildStats, error) {
-	if len(label) > MaxLabel {
-		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: label of %d bytes (at most %d)", len(label), MaxLabel)
+	if err := ValidateLabel(label); err != nil {
+		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: %w", err)
 	}
 	st := &manifest.PoolStore{Pool: p}
 	root, group, stats, err := w.DurableManifest(st)

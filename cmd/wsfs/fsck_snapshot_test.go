@@ -1,0 +1,88 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"wsfs/internal/host"
+	"wsfs/internal/pool"
+	"wsfs/internal/snapshot"
+	"wsfs/internal/vfs"
+)
+
+// TestFsckSnapshots: fsck checks the snapshots as well as the workspace:
+// a damaged catalog entry, a corrupt or missing manifest, and a missing
+// or (with --verify-data) corrupt content object referenced only by a
+// snapshot are each named with exit 4; a healthy catalog is exit 0.
+func TestFsckSnapshots(t *testing.T) {
+	flip := func(t *testing.T, path string) {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0x20
+		os.Chmod(path, 0o600)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		verify bool
+		damage func(t *testing.T, entry string, root, content string)
+		want   string // in stdout; "" for a healthy host
+	}{
+		{"healthy", true, func(*testing.T, string, string, string) {}, ""},
+		{"entry flipped", false, func(t *testing.T, entry, _, _ string) { flip(t, entry) }, "catalog entry of ws@1 is damaged"},
+		{"entry emptied", false, func(t *testing.T, entry, _, _ string) { os.WriteFile(entry, nil, 0o600) }, "catalog entry of ws@1 is damaged"},
+		{"manifest corrupt", false, func(t *testing.T, _, root, _ string) { flip(t, root) }, "the manifests of ws@1 cannot be read"},
+		{"manifest missing", false, func(t *testing.T, _, root, _ string) { os.Remove(root) }, "the manifests of ws@1 cannot be read"},
+		{"content missing", false, func(t *testing.T, _, _, content string) { os.Remove(content) }, "content of files in ws@1, is missing"},
+		{"content corrupt", true, func(t *testing.T, _, _, content string) { flip(t, content) }, "content of files in ws@1, is corrupt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			home, open := snapHost(t)
+			w := open()
+			big := strings.Repeat("only in the snapshot ", 10000) // pooled, not inline
+			put(t, w, "f", big)
+			w.Close()
+			if code, out, errs := snapRun("snapshot", "create", "ws", "--home", home); code != 0 {
+				t.Fatalf("snapshot create: %d %s %s", code, out, errs)
+			}
+			w = open()
+			put(t, w, "f", "now small") // the workspace no longer references the object
+			w.Close()
+			h, err := host.Open(home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := snapshot.Get(vfs.Default, h.WorkspaceDir("ws"), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			content, _, _ := p.Put([]byte(big)) // its ID (a dedup hit)
+			tc.damage(t, filepath.Join(snapshot.Dir(h.WorkspaceDir("ws")), "00000000000000000001.snap"), p.Path(in.Root), p.Path(content))
+			args := []string{"fsck", "--home", home, "ws"}
+			if tc.verify {
+				args = append(args, "--verify-data")
+			}
+			code, out, errs := snapRun(args...)
+			if tc.want == "" {
+				if code != exitOK || !strings.Contains(out, "ws: snapshots ok: 1 snapshots") {
+					t.Fatalf("healthy: exit %d\n%s%s", code, out, errs)
+				}
+				return
+			}
+			if code != exitCorrupt || !strings.Contains(out, tc.want) || !strings.Contains(out, "to do: ") {
+				t.Fatalf("exit %d (want %d), want %q in\n%s%s", code, exitCorrupt, tc.want, out, errs)
+			}
+		})
+	}
+}
