@@ -23,6 +23,11 @@ type Options struct {
 	ShadowDir string
 	// Debug logs every FUSE request.
 	Debug bool
+	// DropSync, if set, is a planted bug for tests of crashfs's users:
+	// an fsync or fdatasync of path (relative to the mount; dir: a
+	// directory) for which it returns true succeeds without making
+	// anything durable.
+	DropSync func(path string, dir bool) bool
 }
 
 // Stats count the durability requests crashfs served.
@@ -43,7 +48,7 @@ type FS struct {
 	mu    sync.Mutex // guards m and stats
 	m     *model
 	stats Stats
-	cs    CutStats
+	drop  func(path string, dir bool) bool
 }
 
 // Mount serves backing at mountpoint. Everything in backing counts as
@@ -62,7 +67,7 @@ func Mount(backing, mountpoint string, o Options) (*FS, error) {
 	if err := os.MkdirAll(o.ShadowDir, 0o700); err != nil {
 		return nil, err
 	}
-	c := &FS{backing: backing, mountpoint: mountpoint, m: &model{
+	c := &FS{backing: backing, mountpoint: mountpoint, drop: o.DropSync, m: &model{
 		shadowDir: o.ShadowDir,
 		ids:       map[uint64]uint64{},
 		durable:   map[uint64]*dnode{},
@@ -134,9 +139,7 @@ func (c *FS) Cut(o CutOptions) (CutStats, error) {
 	c.gate.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs, err := c.m.keepUnsynced(o)
-	c.cs = cs
-	return cs, err
+	return c.m.keepUnsynced(o)
 }
 
 // Unmount detaches the mount (lazily if it is still busy) and waits,
@@ -485,7 +488,11 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 		return syscall.EIO
 	}
 	defer n.c.leave()
-	if h, ok := f.(*handle); ok {
+	h, ok := f.(*handle)
+	if n.c.drop != nil && n.c.drop(n.Path(nil), !ok && n.Mode()&unix.S_IFMT == unix.S_IFDIR) {
+		return 0
+	}
+	if ok {
 		return h.sync(flags&1 != 0)
 	}
 	return n.syncPath(flags&1 != 0)
@@ -557,6 +564,9 @@ func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 		return syscall.EIO
 	}
 	defer d.n.c.leave()
+	if d.n.c.drop != nil && d.n.c.drop(d.n.Path(nil), true) {
+		return 0
+	}
 	return d.n.syncPath(flags&1 != 0)
 }
 
