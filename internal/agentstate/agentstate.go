@@ -162,7 +162,9 @@ func OpenDB(path string) (*sql.DB, error) {
 // IMMEDIATE transaction (which waits for the write lock instead of failing
 // on a stale read snapshot), and only when missing.
 func Ensure(path, workspace string) error {
-	if err := vfs.Default.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// Durably: SQLite syncs the directory of the database's WAL, not the
+	// directories above it (a power cut found the database gone).
+	if err := vfs.MkdirAllSync(vfs.Default, filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create agent state directory: %w", err)
 	}
 	db, err := OpenDB(path)

@@ -216,10 +216,11 @@ func (h *Host) CreateWorkspace(name string) error {
 	if _, err := vfs.Default.Stat(dir); err == nil {
 		return fmt.Errorf("%w: %s (at %s)", ErrWorkspaceExists, name, dir)
 	}
-	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
+	// Durably, also STATE/workspaces when this is the first workspace.
+	if err := vfs.MkdirAllSync(vfs.Default, dir, 0o755); err != nil {
 		return fmt.Errorf("create workspace %s: %w", name, err)
 	}
-	return vfs.SyncDir(vfs.Default, filepath.Dir(dir))
+	return nil
 }
 
 // CheckWorkspace returns an error wrapping ErrNoWorkspace unless NAME is a

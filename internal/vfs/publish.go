@@ -102,3 +102,39 @@ func SyncDir(fsys FS, dir string) error {
 	}
 	return nil
 }
+
+// MkdirAllSync is MkdirAll whose new directories are durable: it syncs the
+// parent of every directory it creates, top down, so that each new name
+// survives a power loss. (After a plain MkdirAll, a file later created and
+// synced inside the new directory, with the directory itself synced, can
+// still vanish with the directory's own entry.) Directories that already
+// existed are not synced.
+func MkdirAllSync(fsys FS, dir string, perm fs.FileMode) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		_, err := fsys.Stat(d)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("mkdir %s: %w", dir, err)
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := SyncDir(fsys, filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
