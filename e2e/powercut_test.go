@@ -131,8 +131,10 @@ func (h *crashHost) cut(r *rand.Rand, s *cutStats) {
 }
 
 // restore unmounts both crashfs mounts (every process using them must be
-// dead), restores their durable images and mounts them again.
-func (h *crashHost) restore() {
+// dead), restores their durable images, runs between (if not nil: the
+// images are then plain directories, see backingPath) and mounts them
+// again.
+func (h *crashHost) restore(between func()) {
 	h.t.Helper()
 	for _, r := range h.roles {
 		st := r.fs.Stats()
@@ -147,8 +149,29 @@ func (h *crashHost) restore() {
 			h.t.Fatalf("crashfs %s: restore: %v", r.name, err)
 		}
 		r.fs = nil
+	}
+	if between != nil {
+		between()
+	}
+	for _, r := range h.roles {
 		h.mount(r)
 	}
+}
+
+// backingPath maps a path on one of the crashfs mounts to the same path in
+// its backing directory. The test process must never mmap a file through
+// its own crashfs mount: a page fault served by the faulting process
+// deadlocks with the garbage collector's stop-the-world (SQLite maps its
+// -shm file), so it opens databases in the backing directory, between the
+// restore and the next mount.
+func (h *crashHost) backingPath(p string) string {
+	for _, r := range h.roles {
+		if rel, err := filepath.Rel(r.mnt, p); err == nil && !strings.HasPrefix(rel, "..") {
+			return filepath.Join(r.backing, rel)
+		}
+	}
+	h.t.Fatalf("%s is on no crashfs mount", p)
+	return ""
 }
 
 // poolDamage hashes every object of the pool's backing directory and
@@ -267,7 +290,7 @@ func runPowerCuts(t *testing.T, seed int64, cuts int, drop map[string]func(strin
 		if j.failedEarly != nil {
 			t.Fatalf("round %d (seed %d): the workload failed before the cut: %v", round, rseed, j.failedEarly)
 		}
-		h.restore()
+		h.restore(nil)
 		opts.mountpoint = ""
 		root, stop = mountWorkspace(t, &opts)
 

@@ -38,9 +38,10 @@ import (
 // kill workload's directory must be a prefix of its ops at or after its
 // last acknowledged fsync. Then `wsfs up` starts again on what survived.
 //
-// 20 cuts by default (-short 5; WSFS_POWERCUTS=N runs N/5).
+// 10 cuts by default (-short 3; WSFS_POWERCUTS=N runs N/5): a round costs
+// about 6 s (up, sidecar start-up snapshots, a first confirmed sync).
 func TestPowerCutUp(t *testing.T) {
-	cuts := powerCuts(t, 20*5, 5*5) / 5
+	cuts := max(1, powerCuts(t, 10*5, 3*5)/5)
 	seed := testSeed(t)
 	start := time.Now()
 	r := rand.New(rand.NewSource(seed))
@@ -70,8 +71,14 @@ func TestPowerCutUp(t *testing.T) {
 		if err := fsyncAt(unix.AT_FDCWD, mnt); err != nil {
 			t.Fatalf("round %d: fsync of the mount root: %v", round, err)
 		}
-		ws := startKillWorkers(t, filepath.Join(mnt, dir), rseed, 1, false, maxKillOps)
+		// Each round starts with a confirmed sync of every workspace (the
+		// sidecars restart after each cut), so every cut has something
+		// confirmed to lose.
 		syncer := startStateSyncs(h.home, names, agents)
+		for i, name := range names {
+			syncer.confirmed[i].Store(stateSyncNow(t, h.home, name, agents[i]))
+		}
+		ws := startKillWorkers(t, filepath.Join(mnt, dir), rseed, 1, false, maxKillOps)
 
 		time.Sleep(delay)
 		ws.killed.Store(true)
@@ -97,9 +104,16 @@ func TestPowerCutUp(t *testing.T) {
 		if j.failedEarly != nil {
 			t.Fatalf("round %d (seed %d): the workload failed before the cut: %v", round, rseed, j.failedEarly)
 		}
-		h.restore()
-
 		var problems []string
+		h.restore(func() {
+			for i, name := range names {
+				committed, confirmed := int(agents[i].committed.Load()), int(syncer.confirmed[i].Load())
+				db := h.backingPath(agentstate.PathsFor(hst, name).DB)
+				for _, p := range checkAgentDB(db, committed, confirmed) {
+					problems = append(problems, fmt.Sprintf("%s local database: %s", name, p))
+				}
+			}
+		})
 		for i, name := range names {
 			a := agents[i]
 			if a.failed != "" {
@@ -108,10 +122,6 @@ func TestPowerCutUp(t *testing.T) {
 			committed, confirmed := int(a.committed.Load()), int(syncer.confirmed[i].Load())
 			commits += committed - int(a.first) + 1
 			confirmedTotal += confirmed
-			db := agentstate.PathsFor(hst, name).DB
-			for _, p := range checkAgentDB(db, committed, confirmed) {
-				problems = append(problems, fmt.Sprintf("%s local database: %s", name, p))
-			}
 			restored := filepath.Join(t.TempDir(), "restored.db")
 			out, err := exec.Command(wsfsBin, "state", "restore", "--home", h.home, "--to", restored, name).CombinedOutput()
 			if err != nil {
@@ -125,6 +135,12 @@ func TestPowerCutUp(t *testing.T) {
 			}
 		}
 		syncs += int(syncer.ok.Load())
+		if e, _ := syncer.lastErr.Load().(string); e != "" {
+			t.Logf("round %d: %d state syncs ok, %d failed, the last with: %s", round, syncer.ok.Load(), syncer.failed.Load(), e)
+			if syncer.ok.Load() == 0 {
+				t.Logf("wsfs up's log:\n%s", tail(u.stderr.String(), 6000))
+			}
+		}
 
 		u = startUp(t, h.home)
 		_, p := checkKillRound(filepath.Join(mnt, dir, "w0"), j)
@@ -420,11 +436,11 @@ func TestPowerCutAgent(t *testing.T) {
 		if err != nil {
 			fail("begin", err)
 		}
-		if _, err := tx.Exec("INSERT INTO pc_txn(id, payload) VALUES(?, ?)", i, randData(r, 50+r.Intn(6000))); err != nil {
+		if _, err := tx.Exec("INSERT INTO pc_txn(id, payload) VALUES(?, ?)", i, randData(r, 50+r.Intn(1500))); err != nil {
 			fail("insert", err)
 		}
 		if i > 1 && r.Intn(4) == 0 {
-			if _, err := tx.Exec("UPDATE pc_txn SET payload = ? WHERE id = ?", randData(r, 50+r.Intn(6000)), 1+r.Int63n(i-1)); err != nil {
+			if _, err := tx.Exec("UPDATE pc_txn SET payload = ? WHERE id = ?", randData(r, 50+r.Intn(1500)), 1+r.Int63n(i-1)); err != nil {
 				fail("update", err)
 			}
 		}
@@ -432,6 +448,29 @@ func TestPowerCutAgent(t *testing.T) {
 			fail("commit", err)
 		}
 		fmt.Printf("c %d\n", i)
+		time.Sleep(time.Millisecond) // an agent, not a benchmark: the replica keeps up
+	}
+}
+
+// stateSyncNow runs `wsfs state sync` for workspace name until it succeeds
+// (bounded by readyTimeout) and returns the last transaction agent a had
+// committed before the successful call.
+func stateSyncNow(t *testing.T, home, name string, a *agentProc) int64 {
+	t.Helper()
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		before := a.committed.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+		out, err := exec.CommandContext(ctx, wsfsBin, "state", "sync", "--home", home, "--timeout", "10s", name).CombinedOutput()
+		cancel()
+		if err == nil {
+			return before
+		}
+		if time.Now().After(deadline) {
+			lg, _ := os.ReadFile(filepath.Join(home, "run", name+".sidecar.log"))
+			t.Fatalf("wsfs state sync %s: no success within %v; the last: %v: %s\nsidecar log:\n%s", name, readyTimeout, err, out, tail(string(lg), 6000))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -441,6 +480,8 @@ func TestPowerCutAgent(t *testing.T) {
 type stateSyncs struct {
 	confirmed []atomic.Int64
 	ok        atomic.Int64
+	failed    atomic.Int64
+	lastErr   atomic.Value // string: the last failure's output
 	quit      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -459,8 +500,12 @@ func startStateSyncs(home string, names []string, agents []*agentProc) *stateSyn
 			i := k % len(names)
 			before := agents[i].committed.Load()
 			ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
-			err := exec.CommandContext(ctx, wsfsBin, "state", "sync", "--home", home, names[i]).Run()
+			out, err := exec.CommandContext(ctx, wsfsBin, "state", "sync", "--home", home, "--timeout", "10s", names[i]).CombinedOutput()
 			cancel()
+			if err != nil {
+				s.failed.Add(1)
+				s.lastErr.Store(fmt.Sprintf("%v: %s", err, out))
+			}
 			if err == nil {
 				s.ok.Add(1)
 				if before > s.confirmed[i].Load() {
@@ -530,10 +575,11 @@ func TestPowerCutAfterStateSync(t *testing.T) {
 	sc.Process.Kill()
 	sc.Wait()
 	killAll(t, wsfsBin)
-	h.restore()
-	for _, p := range checkAgentDB(db, -1, int(confirmed)) {
-		t.Errorf("local database: %s", p)
-	}
+	h.restore(func() {
+		for _, p := range checkAgentDB(h.backingPath(db), -1, int(confirmed)) {
+			t.Errorf("local database: %s", p)
+		}
+	})
 	restored := filepath.Join(t.TempDir(), "restored.db")
 	if out, err := exec.Command(wsfsBin, "state", "restore", "--home", h.home, "--to", restored, "ws").CombinedOutput(); err != nil {
 		t.Errorf("wsfs state restore after the cut (transaction %d was confirmed): %v: %s", confirmed, err, out)
