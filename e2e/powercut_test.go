@@ -330,6 +330,9 @@ func runPowerCuts(t *testing.T, seed int64, cuts int, drop map[string]func(strin
 			report("round %d (workload seed %d, cut after %v; %d ops started, durable at least through op %d, recovered %d):\n  %s\n(replay: go test ./e2e -run '%s' -args -e2e.seed=%d)",
 				round, rseed, delay, j.started, j.acked-1, k, strings.Join(problems, "\n  "), t.Name(), seed)
 		}
+		if (round+1)%100 == 0 {
+			t.Logf("power cuts so far: %d, violations: %d (%v)", round+1, violations, time.Since(start).Round(time.Second))
+		}
 		if prev, err = snapshot(root, snapOpts{dirLink: true}); err != nil {
 			if len(problems) == 0 {
 				violations++
