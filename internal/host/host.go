@@ -80,7 +80,10 @@ func Init(home string) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", home, err)
 	}
-	if err := vfs.Default.MkdirAll(abs, 0o755); err != nil {
+	// Every directory of the layout is made durably (vfs.MkdirAllSync):
+	// a power cut after init and create must not take the workspaces
+	// (and what was fsynced in them) with STATE/workspaces or STATE.
+	if err := vfs.MkdirAllSync(vfs.Default, abs, 0o755); err != nil {
 		return nil, fmt.Errorf("create host directory: %w", err)
 	}
 	cfgPath := filepath.Join(abs, ConfigFile)
@@ -104,7 +107,7 @@ func Init(home string) (*Host, error) {
 		return nil, err
 	}
 	for _, d := range []string{filepath.Join(h.state, "workspaces"), h.pool, h.mnt} {
-		if err := vfs.Default.MkdirAll(d, 0o755); err != nil {
+		if err := vfs.MkdirAllSync(vfs.Default, d, 0o755); err != nil {
 			return nil, fmt.Errorf("create host directory: %w", err)
 		}
 	}
