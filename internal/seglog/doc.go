@@ -70,7 +70,11 @@
 // Open truncates the segment to the end of the last complete group, syncs
 // it, logs a warning and reports it through Repaired. If a later commit
 // marker does validate, a group that may have been acknowledged lies
-// behind the damage, and Open returns a *CorruptError instead.
+// behind the damage, and Open returns a *CorruptError instead — unless that
+// marker is the damaged group's own, nothing follows it and the damage
+// holds a whole 512-byte sector of zeros: the last group's append, never
+// acknowledged, reached the disk out of order before a power loss (a
+// sector of it unwritten), which is a torn tail too.
 //
 // # Durability
 //

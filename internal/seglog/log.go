@@ -270,7 +270,7 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 		return nil // clean tail
 	}
 	if res.damageAt >= 0 {
-		if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 {
+		if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 && !unwrittenLastGroup(buf, res, off, g) {
 			return corrupt(res.damageAt, "%s; yet a valid commit marker for group %d follows at offset %d, so this is not a torn tail",
 				res.damageReason, g, off)
 		}
