@@ -25,6 +25,18 @@
 //     fsync bounds every worker's recovered prefix from below.
 //   - TestKillCheckerDetects: the kill test's checker rejects a torn
 //     fsynced file, a lost create and an entry no op made.
+//   - TestPowerCut: the kill workload with HOME/state and HOME/pool on
+//     crashfs (internal/crashfs, a FUSE layer that keeps only what was
+//     synced); 100 power cuts (WSFS_POWERCUTS=N), the kill test's oracle,
+//     creates redone after each cut, every file read back (verified
+//     objects). TestPowerCutDetects plants dropped syncs and must see
+//     violations.
+//   - TestPowerCutUp: `wsfs up` with sidecars, agent processes committing
+//     SQLite transactions and `wsfs state sync`, cut 10 times: each agent
+//     database passes integrity_check and holds every committed (hence
+//     every confirmed) transaction, and so does a restore from its
+//     replica. TestPowerCutAfterStateSync is the deterministic regression
+//     case of the two bugs it found.
 //   - TestRemount: a clean unmount and a new mount give the same tree, byte
 //     for byte.
 //   - TestACLXattrKeepsMode: what cp -a does with system.posix_acl_access

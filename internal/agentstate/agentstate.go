@@ -169,7 +169,9 @@ func OpenDB(path string) (*sql.DB, error) {
 // from a database (and its -wal, -shm) that an older version created
 // world-readable.
 func Ensure(path, workspace string) error {
-	if err := vfs.Default.MkdirAll(filepath.Dir(path), dirPerm); err != nil {
+	// Durably: SQLite syncs the directory of the database's WAL, not the
+	// directories above it (a power cut found the database gone).
+	if err := vfs.MkdirAllDurable(vfs.Default, filepath.Dir(path), dirPerm); err != nil {
 		return fmt.Errorf("create agent state directory: %w", err)
 	}
 	if f, err := vfs.Default.CreateExcl(path, filePerm); err == nil {

@@ -141,8 +141,17 @@ func CheckReplica(ctx context.Context, c litestream.ReplicaClient, u string, tim
 	if err == nil {
 		// The file backend lists a missing directory as empty; make sure it
 		// can be created, or the first upload would fail much later.
+		//
+		// Durably, with every level directory: the file client syncs the
+		// level directory after each upload, but creates it (and the
+		// replica directory) with a plain MkdirAll, so after a power cut
+		// confirmed uploads vanished with the directory that held them
+		// ("cannot calc restore plan: transaction not available").
 		if fc, ok := c.(*file.ReplicaClient); ok {
-			err = vfs.Default.MkdirAll(fc.Path(), dirPerm)
+			err = vfs.MkdirAllDurable(vfs.Default, fc.Path(), dirPerm)
+			for level := 0; err == nil && level <= litestream.SnapshotLevel; level++ {
+				err = vfs.MkdirAllDurable(vfs.Default, fc.LTXLevelDir(level), dirPerm)
+			}
 			if err == nil {
 				var st fs.FileInfo
 				st, err = vfs.Default.Stat(fc.Path())

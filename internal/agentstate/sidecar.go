@@ -138,7 +138,7 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	log := opts.Logger.With("workspace", opts.Workspace)
 	s := &Sidecar{opts: opts, log: log}
 
-	if err := vfs.Default.MkdirAll(filepath.Dir(opts.DBPath), dirPerm); err != nil {
+	if err := vfs.MkdirAllDurable(vfs.Default, filepath.Dir(opts.DBPath), dirPerm); err != nil {
 		return nil, fmt.Errorf("create agent state directory: %w", err)
 	}
 	// The database exists (unreplicated) even when the replica cannot be

@@ -100,7 +100,10 @@ func Init(home string) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", home, err)
 	}
-	if err := vfs.Default.MkdirAll(abs, publicDirPerm); err != nil {
+	// Every directory of the layout is made durably: a power cut after
+	// init and create must not take the workspaces (and what was fsynced
+	// in them) with STATE/workspaces or STATE.
+	if err := vfs.MkdirAllDurable(vfs.Default, abs, publicDirPerm); err != nil {
 		return nil, fmt.Errorf("create host directory: %w", err)
 	}
 	cfgPath := filepath.Join(abs, ConfigFile)
@@ -127,7 +130,7 @@ func Init(home string) (*Host, error) {
 		path string
 		perm fs.FileMode
 	}{{filepath.Join(h.state, "workspaces"), DirPerm}, {h.pool, DirPerm}, {h.mnt, publicDirPerm}} {
-		if err := vfs.Default.MkdirAll(d.path, d.perm); err != nil {
+		if err := vfs.MkdirAllDurable(vfs.Default, d.path, d.perm); err != nil {
 			return nil, fmt.Errorf("create host directory: %w", err)
 		}
 	}
@@ -243,11 +246,9 @@ func (h *Host) CreateWorkspace(name string) error {
 	if err := h.EnsureIdentity(); err != nil { // identity.go: refuses a state directory the pool does not know
 		return err
 	}
-	if err := vfs.Default.MkdirAll(dir, DirPerm); err != nil {
+	// Durably, also STATE/workspaces when this is the first workspace.
+	if err := vfs.MkdirAllDurable(vfs.Default, dir, DirPerm); err != nil {
 		return fmt.Errorf("create workspace %s: %w", name, err)
-	}
-	if err := vfs.SyncDir(vfs.Default, filepath.Dir(dir)); err != nil {
-		return err
 	}
 	return h.RegisterWorkspace(name) // identity.go: after the directory, so GC never misses it
 }

@@ -127,14 +127,6 @@ func writeJSON(path string, v any) error {
 	})
 }
 
-// mkdirSynced creates dir (parent must exist) and syncs the parent.
-func mkdirSynced(dir string) error {
-	if err := vfs.Default.MkdirAll(dir, DirPerm); err != nil {
-		return err
-	}
-	return vfs.SyncDir(vfs.Default, filepath.Dir(dir))
-}
-
 func (h *Host) stateMarkerPath() string { return filepath.Join(h.state, IDFile) }
 func (h *Host) poolMarkerPath() string  { return filepath.Join(h.pool, IDFile) }
 func (h *Host) hostDir(id string) string {
@@ -223,10 +215,10 @@ func (h *Host) EnsureIdentity() error {
 	if err := vfs.SyncDir(vfs.Default, h.pool); err != nil {
 		return err
 	}
-	if err := mkdirSynced(hd); err != nil {
+	if err := mkdirPrivate(hd); err != nil {
 		return fmt.Errorf("register host in pool: %w", err)
 	}
-	if err := mkdirSynced(filepath.Join(hd, registryDir)); err != nil {
+	if err := mkdirPrivate(filepath.Join(hd, registryDir)); err != nil {
 		return fmt.Errorf("register host in pool: %w", err)
 	}
 	for _, n := range names {
@@ -508,3 +500,6 @@ func CheckRegistry(ph PoolHost, pool string, reg bool) (present []string, unregi
 	}
 	return present, unregistered, nil
 }
+
+// mkdirPrivate creates dir (and missing parents) private and durably.
+func mkdirPrivate(dir string) error { return vfs.MkdirAllDurable(vfs.Default, dir, DirPerm) }

@@ -48,6 +48,7 @@ var exempt = []struct{ dir, why string }{
 	{"supervisor", "starts daemon processes and manages their runtime files"},
 	{"agentstate", "SQLite and Litestream open their own files"},
 	{"fusefs", "the FUSE adapter's passthrough hands OS file descriptors to the kernel"},
+	{"crashfs", "test support: a FUSE filesystem over a backing directory, simulating power loss below the vfs"},
 }
 
 // enginePackages must never be exempt (checked by TestExemptTable).

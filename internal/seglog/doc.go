@@ -68,7 +68,11 @@
 // append leaves (a group is one write at the end of the file: the file can
 // end anywhere in it, and whole sectors of it can read back as zeros, but
 // no written byte changes) and no valid commit marker with a higher group
-// number exists anywhere after the damage (searched byte by byte):
+// number exists anywhere after the damage (searched byte by byte) — except
+// the damaged group's own marker when nothing follows it and the damage
+// holds a whole 512-byte sector of zeros: the last group's append, never
+// acknowledged, reached the disk out of order before a power loss (found
+// by the crashfs power-cut tests):
 //
 //   - every frame verifies and the file ends before the commit marker;
 //   - the first bad frame runs past the end of the file, unless its bytes

@@ -340,5 +340,33 @@ func laterCommit(buf []byte, from int64, after uint64) (int64, uint64) {
 	return -1, 0
 }
 
+// unwrittenLastGroup reports whether the damage found by scanFrames is the
+// out-of-order persistence of the last, unacknowledged group rather than
+// corruption, given laterCommit's marker for group g at offset off: the
+// marker is the damaged group's own (g is the group after the last
+// complete one), no commit marker follows it, and the damaged range holds
+// a whole 512-byte sector of zeros — a sector that never reached the disk.
+// The flusher appends a group only after the previous one's sync returned,
+// so only the last group can be unsynced, and its pages may reach the disk
+// in any order before a power loss (found by the crashfs power-cut tests:
+// a zeroed sector of the last group's frames before its intact marker). A
+// bit flip in the same group leaves no zero sector and stays corruption,
+// as does any damage that a later group's marker shows was synced.
+func unwrittenLastGroup(buf []byte, res scanResult, off int64, g uint64) bool {
+	if g != res.lastGroup+1 {
+		return false
+	}
+	if next, _ := laterCommit(buf, off+1, g); next >= 0 {
+		return false
+	}
+	var zero [512]byte
+	for s := (res.damageAt + 511) / 512 * 512; s+512 <= off; s += 512 {
+		if [512]byte(buf[s:s+512]) == zero {
+			return true
+		}
+	}
+	return false
+}
+
 // skipFrameMax bounds the data frames laterCommit verifies and skips.
 const skipFrameMax = 1 << 20

@@ -342,7 +342,10 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 
 	if res.validEnd != size {
 		if res.damageAt >= 0 {
-			if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 {
+			// A later valid marker means a synced group lies behind the
+			// damage, unless it is the damaged (last, unacknowledged)
+			// group's own marker over an unwritten sector.
+			if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 && !unwrittenLastGroup(buf, res, off, g) {
 				return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.damageAt, "%s; yet a valid commit marker for group %d follows at offset %d, so this is not a torn tail",
 					res.damageReason, g, off))
 			}

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"wsfs/internal/manifest"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 )
@@ -52,9 +53,9 @@ func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, 
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	st := &manifest.PoolStore{Pool: p}
-	visited := map[pool.ID]bool{}
-	users := map[pool.ID][]string{} // content object -> snapshots
-	var order []pool.ID
+	visited := map[objid.ID]bool{}
+	users := map[objid.ID][]string{} // content object -> snapshots
+	var order []objid.ID
 	for _, id := range ids {
 		ref := fmt.Sprintf("%s@%d", ws, id)
 		in, err := readEntry(fsys, wsDir, id)
@@ -73,7 +74,7 @@ func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, 
 			return nil, err
 		}
 		rep.Snapshots++
-		err = manifest.ForEachObject(st, in.Root, visited, func(o pool.ID) {
+		err = manifest.ForEachObject(st, in.Root, visited, func(o objid.ID) {
 			if _, seen := users[o]; !seen {
 				order = append(order, o)
 			}
