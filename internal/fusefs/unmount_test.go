@@ -4,11 +4,14 @@ import (
 	"os"
 	"testing"
 	"time"
+	"wsfs/internal/mountinfo"
 )
 
 // TestUnmountBusy unmounts while a file on the mount is open: the normal
-// unmount fails with EBUSY, the adapter detaches lazily and returns once
-// the last user has gone; what was written is committed.
+// unmount fails with EBUSY and the adapter detaches lazily, so the mount
+// point leaves the mount table while the file is still open; the serve
+// loop ends once the last user has gone, and what was written is
+// committed.
 func TestUnmountBusy(t *testing.T) {
 	e := newEnv(t, Options{})
 	p := e.path("held")
@@ -17,12 +20,7 @@ func TestUnmountBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := make(chan struct{})
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		f.Close()
-		close(closed)
-	}()
+	defer f.Close()
 	done := make(chan error, 1)
 	go func() { done <- e.srv.Unmount() }()
 	select {
@@ -33,11 +31,24 @@ func TestUnmountBusy(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("unmount did not return within 30s")
 	}
-	<-closed
+	// Detached, not unmounted: gone from the table, still serving f.
+	if mounted, err := mountinfo.IsMountPoint(e.mnt); err != nil || mounted {
+		t.Fatalf("after Unmount with a file open, %s is still a mount point (%v): the lazy detach did not happen", e.mnt, err)
+	}
+	select {
+	case <-e.srv.Done():
+		t.Fatal("serve loop ended while a file of the detached mount is open")
+	default:
+	}
+	b := make([]byte, 4)
+	if n, err := f.ReadAt(b, 0); err != nil || string(b[:n]) != "kept" {
+		t.Fatalf("read through the detached mount: %q, %v", b[:n], err)
+	}
+	f.Close()
 	select {
 	case <-e.srv.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("serve loop still running after unmount")
+		t.Fatal("serve loop still running after the last file closed")
 	}
 	if err := e.ws.Close(); err != nil {
 		t.Fatal(err)

@@ -269,55 +269,15 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 	if err != nil {
 		return fmt.Errorf("seglog: read segment: %w", err)
 	}
-	// good is what of this segment precedes damage found in it: the end
-	// of its last complete group and that group (set once known).
-	goodEnd, goodLast := int64(0), uint64(0)
+	sc := &segCheck{path: path}
 	if prev != nil {
-		goodLast = prev.last
+		sc.goodLast = prev.last
 	}
-	corrupt := func(off int64, format string, args ...any) error {
-		return &CorruptError{Segment: path, Offset: off, Reason: fmt.Sprintf(format, args...),
-			GroupEnd: goodEnd, LastGood: goodLast}
+	h, done, err := l.checkHeader(sc, buf, seq, prev, last)
+	if done || err != nil {
+		return err
 	}
-	// The first group this segment must start with, if it is knowable.
-	want := uint64(0)
-	switch {
-	case prev != nil:
-		want = prev.last + 1
-	case seq == 1:
-		want = 1
-	}
-
-	h, status, reason := decodeHeader(buf)
-	switch status {
-	case headerUnsupported:
-		return corrupt(0, "%s", reason)
-	case headerIncomplete, headerInvalid:
-		if !last {
-			return corrupt(0, "%s", reason)
-		}
-		// Creation is synchronous (header synced before any group is
-		// appended), so a bad header in the last segment is a crash during
-		// creation, unless a later commit marker proves groups were here.
-		if off, g := laterCommit(buf, 1, want-1); off >= 0 || want == 0 {
-			if off >= 0 {
-				return corrupt(0, "%s; yet a valid commit marker for group %d follows at offset %d", reason, g, off)
-			}
-			return corrupt(0, "%s, and with no earlier segment present the first group number of segment %d is unknown", reason, seq)
-		}
-		if l.readOnly {
-			l.repaired = &TornTail{Segment: path, Offset: segHeaderLen, DroppedBytes: int64(len(buf))}
-			return nil // it holds no group
-		}
-		return l.repairHeader(seq, path, want, int64(len(buf)))
-	}
-	if h.seq != seq {
-		return corrupt(0, "header says segment %d but the file is named for segment %d", h.seq, seq)
-	}
-	if h.firstGroup == 0 || (want != 0 && h.firstGroup != want) {
-		return corrupt(0, "segment starts at group %d, expected group %d (group numbers must be contiguous)", h.firstGroup, want)
-	}
-	goodEnd, goodLast = segHeaderLen, h.firstGroup-1
+	sc.goodEnd, sc.goodLast = segHeaderLen, h.firstGroup-1
 	res, err := scanFrames(path, buf, h, nil)
 	var ce *CorruptError
 	if errors.As(err, &ce) {
@@ -326,34 +286,107 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 	if err != nil {
 		return l.keepGood(seq, path, h.firstGroup, res, err)
 	}
-	goodEnd, goodLast = res.validEnd, res.lastGroup
+	sc.goodEnd, sc.goodLast = res.validEnd, res.lastGroup
 	info := segInfo{seq: seq, path: path, first: h.firstGroup, last: res.lastGroup, size: res.validEnd}
 	size := int64(len(buf))
 	if !last {
 		if res.damageAt >= 0 {
-			return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.damageAt, "%s (in a sealed segment)", res.damageReason))
+			return l.keepGood(seq, path, h.firstGroup, res, sc.corrupt(res.damageAt, "%s (in a sealed segment)", res.damageReason))
 		}
 		if res.validEnd != size {
-			return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.validEnd, "%d records without a commit marker at the end of a sealed segment", res.pendingRecords))
+			return l.keepGood(seq, path, h.firstGroup, res, sc.corrupt(res.validEnd, "%d records without a commit marker at the end of a sealed segment", res.pendingRecords))
 		}
 		l.segs = append(l.segs, info)
 		return nil
 	}
-
 	if res.validEnd != size {
-		if res.damageAt >= 0 {
-			// A later valid marker means a synced group lies behind the
-			// damage, unless it is the damaged (last, unacknowledged)
-			// group's own marker over an unwritten sector.
-			if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 && !unwrittenLastGroup(buf, res, off, g) {
-				return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.damageAt, "%s; yet a valid commit marker for group %d follows at offset %d, so this is not a torn tail",
-					res.damageReason, g, off))
-			}
-		}
-		if torn, why := classifyTail(buf, res); !torn {
-			return l.keepGood(seq, path, h.firstGroup, res, corrupt(res.damageAt, "%s", why))
+		if err := sc.checkTail(buf, res); err != nil {
+			return l.keepGood(seq, path, h.firstGroup, res, err)
 		}
 	}
+	return l.activate(info, res, size)
+}
+
+// segCheck is what openSegment knows of a segment while it checks it: its
+// path, and what of it precedes damage found in it (the end of its last
+// complete group and that group), for the *CorruptError.
+type segCheck struct {
+	path     string
+	goodEnd  int64
+	goodLast uint64
+}
+
+func (sc *segCheck) corrupt(off int64, format string, args ...any) error {
+	return &CorruptError{Segment: sc.path, Offset: off, Reason: fmt.Sprintf(format, args...),
+		GroupEnd: sc.goodEnd, LastGood: sc.goodLast}
+}
+
+// checkHeader validates segment seq's header against the segment before
+// it. A bad header in the last segment is a crash during its creation
+// (creation is synchronous: the header is synced before any group is
+// appended), repaired here (done), unless a later commit marker proves
+// groups were there.
+func (l *Log) checkHeader(sc *segCheck, buf []byte, seq uint64, prev *segInfo, last bool) (h segHeader, done bool, err error) {
+	// The first group this segment must start with, if it is knowable.
+	want := uint64(0)
+	switch {
+	case prev != nil:
+		want = prev.last + 1
+	case seq == 1:
+		want = 1
+	}
+	h, status, reason := decodeHeader(buf)
+	switch status {
+	case headerUnsupported:
+		return h, false, sc.corrupt(0, "%s", reason)
+	case headerIncomplete, headerInvalid:
+		if !last {
+			return h, false, sc.corrupt(0, "%s", reason)
+		}
+		if off, g := laterCommit(buf, 1, want-1); off >= 0 || want == 0 {
+			if off >= 0 {
+				return h, false, sc.corrupt(0, "%s; yet a valid commit marker for group %d follows at offset %d", reason, g, off)
+			}
+			return h, false, sc.corrupt(0, "%s, and with no earlier segment present the first group number of segment %d is unknown", reason, seq)
+		}
+		if l.readOnly {
+			l.repaired = &TornTail{Segment: sc.path, Offset: segHeaderLen, DroppedBytes: int64(len(buf))}
+			return h, true, nil // it holds no group
+		}
+		return h, true, l.repairHeader(seq, sc.path, want, int64(len(buf)))
+	}
+	if h.seq != seq {
+		return h, false, sc.corrupt(0, "header says segment %d but the file is named for segment %d", h.seq, seq)
+	}
+	if h.firstGroup == 0 || (want != 0 && h.firstGroup != want) {
+		return h, false, sc.corrupt(0, "segment starts at group %d, expected group %d (group numbers must be contiguous)", h.firstGroup, want)
+	}
+	return h, false, nil
+}
+
+// checkTail judges the damaged or incomplete tail of the last segment
+// (see the package doc): nil for a torn tail, else the *CorruptError.
+func (sc *segCheck) checkTail(buf []byte, res scanResult) error {
+	if res.damageAt >= 0 {
+		// A later valid marker means a synced group lies behind the
+		// damage, unless it is the damaged (last, unacknowledged)
+		// group's own marker over an unwritten sector.
+		if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 && !unwrittenLastGroup(buf, res, off, g) {
+			return sc.corrupt(res.damageAt, "%s; yet a valid commit marker for group %d follows at offset %d, so this is not a torn tail",
+				res.damageReason, g, off)
+		}
+	}
+	if torn, why := classifyTail(buf, res); !torn {
+		return sc.corrupt(res.damageAt, "%s", why)
+	}
+	return nil
+}
+
+// activate makes the checked last segment (info; the file is size bytes)
+// the one appends go to, truncating a torn tail after its last complete
+// group and syncing the cut. Read-only, it only reports the torn tail.
+func (l *Log) activate(info segInfo, res scanResult, size int64) error {
+	path := info.path
 	if l.readOnly {
 		l.segs = append(l.segs, info)
 		if res.validEnd != size {

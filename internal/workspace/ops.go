@@ -496,73 +496,16 @@ func (w *Workspace) Rename(oldParent Ino, oldName string, newParent Ino, newName
 		w.renameMu.Lock()
 		defer w.renameMu.Unlock()
 	}
-	var l *lockSet
-	var op_, np *namespace.Inode
-	var src, dst *namespace.Inode
-	for {
-		pl, err := w.lockN(namespace.Ino(oldParent), namespace.Ino(newParent))
-		if err != nil {
-			return wsErr(op, oldParent, oldName, err)
-		}
-		a, b := pl.get(namespace.Ino(oldParent)), pl.get(namespace.Ino(newParent))
-		if err := liveDir(a); err != nil {
-			pl.unlock()
-			return wsErr(op, oldParent, oldName, err)
-		}
-		if err := liveDir(b); err != nil {
-			pl.unlock()
-			return wsErr(op, newParent, newName, err)
-		}
-		si, ok := a.Entries[oldName]
-		if !ok {
-			pl.unlock()
-			return wsErr(op, oldParent, oldName, syscall.ENOENT)
-		}
-		di := b.Entries[newName]
-		pl.unlock()
-		l, err = w.lockN(namespace.Ino(oldParent), namespace.Ino(newParent), si, di)
-		if err != nil {
-			continue
-		}
-		op_, np = l.get(namespace.Ino(oldParent)), l.get(namespace.Ino(newParent))
-		if op_.Nlink > 0 && np.Nlink > 0 && op_.Entries[oldName] == si && np.Entries[newName] == di {
-			src = l.get(si)
-			if di != 0 {
-				dst = l.get(di)
-			}
-			break
-		}
-		l.unlock()
+	rl, err := w.lockRename(oldParent, oldName, newParent, newName)
+	if err != nil {
+		return err
 	}
-	defer l.unlock()
-	switch {
-	case dst != nil && flags&namespace.RenameNoReplace != 0:
-		return wsErr(op, newParent, newName, syscall.EEXIST)
-	case dst == nil && flags&namespace.RenameExchange != 0:
-		return wsErr(op, newParent, newName, syscall.ENOENT)
-	case dst == src:
-		return nil // two names of one inode (or one name): POSIX says do nothing
+	defer rl.unlock()
+	src, dst := rl.src, rl.dst
+	if done, err := w.checkRename(rl, oldParent, oldName, newParent, newName, flags); done || err != nil {
+		return err
 	}
-	if dst != nil && flags&namespace.RenameExchange == 0 {
-		switch {
-		case src.IsDir() && !dst.IsDir():
-			return wsErr(op, newParent, newName, syscall.ENOTDIR)
-		case !src.IsDir() && dst.IsDir():
-			return wsErr(op, newParent, newName, syscall.EISDIR)
-		case dst.IsDir() && len(dst.Entries) > 0:
-			return wsErr(op, newParent, newName, syscall.ENOTEMPTY)
-		}
-	}
-	if op_ != np {
-		// renameMu is held: Parent fields are stable.
-		if src.IsDir() && w.isAncestor(src.Ino, np.Ino) {
-			return wsErr(op, oldParent, oldName, syscall.EINVAL)
-		}
-		if dst != nil && dst.IsDir() && flags&namespace.RenameExchange != 0 && w.isAncestor(dst.Ino, op_.Ino) {
-			return wsErr(op, newParent, newName, syscall.EINVAL)
-		}
-	}
-	rec := &namespace.Record{Op: namespace.OpRename, Parent: op_.Ino, Name: oldName, NewParent: np.Ino,
+	rec := &namespace.Record{Op: namespace.OpRename, Parent: rl.oldDir.Ino, Name: oldName, NewParent: rl.newDir.Ino,
 		NewName: newName, Flags: flags, Ino: src.Ino, Time: w.now()}
 	if dst != nil {
 		rec.Replaced = dst.Ino
@@ -574,6 +517,93 @@ func (w *Workspace) Rename(oldParent Ino, oldName string, newParent Ino, newName
 		w.afterUnlinkLocked(dst)
 	}
 	return nil
+}
+
+// renameLocks are the inodes a rename holds locked: both directories, the
+// source and the entry it replaces (dst nil if newName is free).
+type renameLocks struct {
+	*lockSet
+	oldDir, newDir, src, dst *namespace.Inode
+}
+
+// lockRename locks both directories, the source and the destination entry
+// of a rename in inode order. The entries can only be read with the
+// directories locked, so it reads them, unlocks, locks all four in order,
+// and starts over if an entry changed meanwhile (as lockDirEntry does for
+// one). The caller holds renameMu if the directories differ.
+func (w *Workspace) lockRename(oldParent Ino, oldName string, newParent Ino, newName string) (*renameLocks, error) {
+	const op = "rename"
+	for {
+		pl, err := w.lockN(namespace.Ino(oldParent), namespace.Ino(newParent))
+		if err != nil {
+			return nil, wsErr(op, oldParent, oldName, err)
+		}
+		a, b := pl.get(namespace.Ino(oldParent)), pl.get(namespace.Ino(newParent))
+		if err := liveDir(a); err != nil {
+			pl.unlock()
+			return nil, wsErr(op, oldParent, oldName, err)
+		}
+		if err := liveDir(b); err != nil {
+			pl.unlock()
+			return nil, wsErr(op, newParent, newName, err)
+		}
+		si, ok := a.Entries[oldName]
+		if !ok {
+			pl.unlock()
+			return nil, wsErr(op, oldParent, oldName, syscall.ENOENT)
+		}
+		di := b.Entries[newName]
+		pl.unlock()
+		l, err := w.lockN(namespace.Ino(oldParent), namespace.Ino(newParent), si, di)
+		if err != nil {
+			continue // an inode went away meanwhile: look again
+		}
+		rl := &renameLocks{lockSet: l, oldDir: l.get(namespace.Ino(oldParent)), newDir: l.get(namespace.Ino(newParent))}
+		if rl.oldDir.Nlink > 0 && rl.newDir.Nlink > 0 && rl.oldDir.Entries[oldName] == si && rl.newDir.Entries[newName] == di {
+			rl.src = l.get(si)
+			if di != 0 {
+				rl.dst = l.get(di)
+			}
+			return rl, nil
+		}
+		l.unlock()
+	}
+}
+
+// checkRename applies POSIX's rules to a locked rename: it returns the
+// error the rename fails with, or done when there is nothing to do (two
+// names of one inode).
+func (w *Workspace) checkRename(rl *renameLocks, oldParent Ino, oldName string, newParent Ino, newName string, flags uint32) (done bool, err error) {
+	const op = "rename"
+	src, dst := rl.src, rl.dst
+	switch {
+	case dst != nil && flags&namespace.RenameNoReplace != 0:
+		return false, wsErr(op, newParent, newName, syscall.EEXIST)
+	case dst == nil && flags&namespace.RenameExchange != 0:
+		return false, wsErr(op, newParent, newName, syscall.ENOENT)
+	case dst == src:
+		return true, nil // two names of one inode (or one name): POSIX says do nothing
+	}
+	if dst != nil && flags&namespace.RenameExchange == 0 {
+		switch {
+		case src.IsDir() && !dst.IsDir():
+			return false, wsErr(op, newParent, newName, syscall.ENOTDIR)
+		case !src.IsDir() && dst.IsDir():
+			return false, wsErr(op, newParent, newName, syscall.EISDIR)
+		case dst.IsDir() && len(dst.Entries) > 0:
+			return false, wsErr(op, newParent, newName, syscall.ENOTEMPTY)
+		}
+	}
+	if rl.oldDir != rl.newDir {
+		// renameMu is held: Parent fields are stable.
+		if src.IsDir() && w.isAncestor(src.Ino, rl.newDir.Ino) {
+			return false, wsErr(op, oldParent, oldName, syscall.EINVAL)
+		}
+		if dst != nil && dst.IsDir() && flags&namespace.RenameExchange != 0 && w.isAncestor(dst.Ino, rl.oldDir.Ino) {
+			return false, wsErr(op, newParent, newName, syscall.EINVAL)
+		}
+	}
+	return false, nil
 }
 
 // isAncestor reports whether directory anc is d or one of d's ancestors.

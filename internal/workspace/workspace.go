@@ -319,38 +319,11 @@ func Lock(fsys vfs.FS, dir string) (io.Closer, error) {
 // Errors from seglog (*seglog.CorruptError) and namespace are returned
 // wrapped, unchanged, so that the CLI can explain them.
 func Open(opts Options) (*Workspace, error) {
-	if opts.FS == nil {
-		opts.FS = vfs.Default
+	opts, shift, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if opts.Pool == nil {
-		return nil, errors.New("workspace: Options.Pool is required")
-	}
-	if opts.Dir == "" {
-		return nil, errors.New("workspace: Options.Dir is required")
-	}
-	if opts.InlineMax <= 0 {
-		opts.InlineMax = DefaultInlineMax
-	}
-	if opts.ChunkSize <= 0 {
-		opts.ChunkSize = DefaultChunkSize
-	}
-	shift := bits.TrailingZeros(uint(opts.ChunkSize))
-	if opts.ChunkSize != 1<<shift || shift < namespace.MinChunkShift || shift > namespace.MaxChunkShift {
-		return nil, fmt.Errorf("workspace: chunk size %d is not a power of two between %d and %d", opts.ChunkSize, 1<<namespace.MinChunkShift, 1<<namespace.MaxChunkShift)
-	}
-	if opts.CheckpointBytes <= 0 {
-		opts.CheckpointBytes = DefaultCheckpointBytes
-	}
-	if err := opts.Drain.Valid(); err != nil {
-		return nil, fmt.Errorf("workspace: %w", err)
-	}
-	if opts.Clock == nil {
-		opts.Clock = commit.SystemClock{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock, shift: uint8(shift),
+	w := &Workspace{opts: opts, fs: opts.FS, pool: opts.Pool, clock: opts.Clock, shift: shift,
 		lg: opts.Logger.With("dir", opts.Dir)}
 	w.ckpt.done = make(chan ckptResult, 1)
 	if err := vfs.MkdirAllDurable(w.fs, opts.Dir, vfs.PrivateDir); err != nil {
@@ -364,39 +337,97 @@ func Open(opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("workspace: lock %s: %w", opts.Dir, err)
 	}
 	w.lock = lk
-	ok := false
-	defer func() {
-		if !ok {
-			if w.log != nil {
-				w.log.Close()
-			}
-			lk.Close()
+	fresh, err := w.recover()
+	if err != nil {
+		if w.log != nil {
+			w.log.Close()
 		}
-	}()
+		lk.Close()
+		return nil, err
+	}
+	w.com = commit.New(w.log, w.pool, commit.Options{
+		MaxRecords: opts.GroupRecords, Window: opts.GroupWindow, Drain: opts.Drain,
+		// Sync pooled contents as they are published, so an fsync waits
+		// for little more than the log (see commit.Options.EarlyDrain).
+		EarlyDrain:      true,
+		SyncParallelism: opts.SyncParallelism, Clock: opts.Clock, Logger: w.lg,
+		Observer: opts.Observer, OnCommit: w.onCommit,
+		StateSyncFS: func() error { return w.fs.SyncFS(opts.Dir) },
+	})
+	if fresh {
+		if err := w.recordRoot(); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
 
+// withDefaults validates o and fills in its defaults; it also returns the
+// chunk shift.
+func (o Options) withDefaults() (Options, uint8, error) {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Pool == nil {
+		return o, 0, errors.New("workspace: Options.Pool is required")
+	}
+	if o.Dir == "" {
+		return o, 0, errors.New("workspace: Options.Dir is required")
+	}
+	if o.InlineMax <= 0 {
+		o.InlineMax = DefaultInlineMax
+	}
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	shift := bits.TrailingZeros(uint(o.ChunkSize))
+	if o.ChunkSize != 1<<shift || shift < namespace.MinChunkShift || shift > namespace.MaxChunkShift {
+		return o, 0, fmt.Errorf("workspace: chunk size %d is not a power of two between %d and %d", o.ChunkSize, 1<<namespace.MinChunkShift, 1<<namespace.MaxChunkShift)
+	}
+	if o.CheckpointBytes <= 0 {
+		o.CheckpointBytes = DefaultCheckpointBytes
+	}
+	if err := o.Drain.Valid(); err != nil {
+		return o, 0, fmt.Errorf("workspace: %w", err)
+	}
+	if o.Clock == nil {
+		o.Clock = commit.SystemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, uint8(shift), nil
+}
+
+// recover rebuilds the tree and its durable shadow from the latest
+// checkpoint and the log after it, and opens the log (w.log, set also on
+// error so the caller can close it). It reports whether the workspace is
+// new (no checkpoint, no group).
+func (w *Workspace) recover() (fresh bool, err error) {
+	dir := w.opts.Dir
 	ckGroup, payload, err := seglog.ReadLatestCheckpoint(w.fs, w.ckptDir())
 	if err != nil {
-		return nil, fmt.Errorf("workspace %s: read checkpoint: %w", opts.Dir, err)
+		return false, fmt.Errorf("workspace %s: read checkpoint: %w", dir, err)
 	}
 	if payload != nil {
 		if w.tree, w.shadow, err = w.decodeCheckpoint(payload); err != nil {
-			return nil, fmt.Errorf("workspace %s: checkpoint of group %d: %w", opts.Dir, ckGroup, err)
+			return false, fmt.Errorf("workspace %s: checkpoint of group %d: %w", dir, ckGroup, err)
 		}
 		w.ckptGrp.Store(ckGroup)
 	} else {
 		// The root of a new workspace belongs to the daemon's user; the
-		// first record (below) says so durably, with its times.
+		// first record (recordRoot) says so durably, with its times.
 		uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
 		w.tree = namespace.New(0o755, uid, gid, 0)
 		w.shadow = namespace.New(0o755, uid, gid, 0)
 	}
-	w.log, err = seglog.Open(w.fs, filepath.Join(opts.Dir, "log"), seglog.Options{SegmentSize: opts.SegmentSize, Logger: w.lg})
+	w.log, err = seglog.Open(w.fs, filepath.Join(dir, "log"), seglog.Options{SegmentSize: w.opts.SegmentSize, Logger: w.lg})
 	if err != nil {
-		return nil, fmt.Errorf("workspace %s: open log: %w", opts.Dir, err)
+		return false, fmt.Errorf("workspace %s: open log: %w", dir, err)
 	}
 	w.shadowGroup = w.log.LastGroup()
 	// seglog.Open has logged a torn-tail repair (Warn) through w.lg.
-	fresh := payload == nil && w.log.LastGroup() == 0
 	replayed := 0
 	err = w.log.Replay(ckGroup, func(group uint64, records [][]byte) error {
 		for i, data := range records {
@@ -420,34 +451,22 @@ func Open(opts Options) (*Workspace, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("workspace %s: %w", opts.Dir, err)
+		return false, fmt.Errorf("workspace %s: %w", dir, err)
 	}
 	w.lg.Debug("recovered", "checkpoint_group", ckGroup, "last_group", w.log.LastGroup(), "records_replayed", replayed, "inodes", w.tree.Len())
-	w.com = commit.New(w.log, w.pool, commit.Options{
-		MaxRecords: opts.GroupRecords, Window: opts.GroupWindow, Drain: opts.Drain,
-		// Sync pooled contents as they are published, so an fsync waits
-		// for little more than the log (see commit.Options.EarlyDrain).
-		EarlyDrain:      true,
-		SyncParallelism: opts.SyncParallelism, Clock: opts.Clock, Logger: w.lg,
-		Observer: opts.Observer, OnCommit: w.onCommit,
-		StateSyncFS: func() error { return w.fs.SyncFS(opts.Dir) },
-	})
-	ok = true
-	if fresh {
-		// The root's owner and times are a record like any other change.
-		root := w.tree.Get(namespace.RootIno)
-		now := w.now()
-		root.Mu.Lock()
-		err := w.record(&namespace.Record{Op: namespace.OpSetAttr, Ino: namespace.RootIno,
-			Mask: namespace.AttrMode | namespace.AttrUid | namespace.AttrGid | namespace.AttrAtime | namespace.AttrMtime,
-			Mode: 0o755, Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), Atime: namespace.FromNs(now), Mtime: namespace.FromNs(now), Time: now}, nil, true)
-		root.Mu.Unlock()
-		if err != nil {
-			w.Close()
-			return nil, err
-		}
-	}
-	return w, nil
+	return payload == nil && w.log.LastGroup() == 0, nil
+}
+
+// recordRoot records a new workspace's root: its owner and times are a
+// record like any other change.
+func (w *Workspace) recordRoot() error {
+	root := w.tree.Get(namespace.RootIno)
+	now := w.now()
+	root.Mu.Lock()
+	defer root.Mu.Unlock()
+	return w.record(&namespace.Record{Op: namespace.OpSetAttr, Ino: namespace.RootIno,
+		Mask: namespace.AttrMode | namespace.AttrUid | namespace.AttrGid | namespace.AttrAtime | namespace.AttrMtime,
+		Mode: 0o755, Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), Atime: namespace.FromNs(now), Mtime: namespace.FromNs(now), Time: now}, nil, true)
 }
 
 func (w *Workspace) ckptDir() string { return filepath.Join(w.opts.Dir, "checkpoint") }
