@@ -50,10 +50,10 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"expected one workspace NAME"}
+	name, err := nameArg(fs)
+	if err != nil {
+		return err
 	}
-	name := fs.Arg(0)
 	if err := host.ValidateName(name); err != nil {
 		return usageError{err.Error()}
 	}

@@ -37,10 +37,10 @@ func runPush(ctx context.Context, g *globals, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"expected one workspace NAME"}
+	name, err := nameArg(fs)
+	if err != nil {
+		return err
 	}
-	name := fs.Arg(0)
 	h, err := openHostChecked(g.home, name)
 	if err != nil {
 		return err

@@ -32,10 +32,10 @@ func runSync(ctx context.Context, g *globals, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"expected one workspace NAME"}
+	name, err := nameArg(fs)
+	if err != nil {
+		return err
 	}
-	name := fs.Arg(0)
 	g2, err := syncWorkspace(ctx, g, name, *timeout)
 	if err != nil {
 		return err

@@ -135,7 +135,7 @@ func WriteCheckpoint(fsys vfs.FS, dir string, group uint64, payload []byte) erro
 	if err != nil {
 		return fmt.Errorf("seglog: write checkpoint for group %d: %w", group, err)
 	}
-	b, err := readFile(fsys, final)
+	b, err := vfs.ReadFile(fsys, final)
 	if err != nil {
 		return fmt.Errorf("seglog: verify checkpoint %s: %w", final, err)
 	}
@@ -182,7 +182,7 @@ func ReadLatestCheckpoint(fsys vfs.FS, dir string) (uint64, []byte, error) {
 	var newestErr error
 	for i := len(gs) - 1; i >= 0; i-- {
 		path := filepath.Join(dir, ckptName(gs[i]))
-		b, err := readFile(fsys, path)
+		b, err := vfs.ReadFile(fsys, path)
 		if err != nil {
 			return 0, nil, fmt.Errorf("seglog: read checkpoint: %w", err)
 		}

@@ -65,7 +65,7 @@ func TestCheckpointCorrupt(t *testing.T) {
 	if err := WriteCheckpoint(base, dir, 20, payload); err != nil {
 		t.Fatal(err)
 	}
-	good, err := readFile(base, filepath.Join(dir, ckptName(20)))
+	good, err := vfs.ReadFile(base, filepath.Join(dir, ckptName(20)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,14 +45,14 @@ func writeGolden(t *testing.T) (seg, ckpt []byte) {
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	seg, err := readFile(mem, filepath.Join("/log", segName(1)))
+	seg, err := vfs.ReadFile(mem, filepath.Join("/log", segName(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := WriteCheckpoint(mem, "/ckpt", 5, []byte("checkpoint payload")); err != nil {
 		t.Fatal(err)
 	}
-	ckpt, err = readFile(mem, filepath.Join("/ckpt", ckptName(5)))
+	ckpt, err = vfs.ReadFile(mem, filepath.Join("/ckpt", ckptName(5)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func FuzzOpenSegment(f *testing.F) {
 			t.Fatalf("replayed %d groups, LastGroup %d", len(groups), l.LastGroup())
 		}
 		path := filepath.Join(dir, segName(1))
-		now, err := readFile(fsys, path)
+		now, err := vfs.ReadFile(fsys, path)
 		if err != nil {
 			t.Fatal(err)
 		}

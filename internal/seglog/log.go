@@ -241,31 +241,12 @@ func (l *Log) scan(seqs []uint64) error {
 	return nil
 }
 
-// readFile reads a whole file.
-func readFile(fsys vfs.FS, path string) ([]byte, error) {
-	f, err := fsys.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, st.Size())
-	n, err := f.ReadAt(buf, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return buf[:n], nil // shorter if the file shrank since Stat
-}
-
 // openSegment validates segment seq (following prev, nil for the first
 // present segment) and appends it to l.segs. The last segment gets torn
 // tail repair and becomes the active, writable one.
 func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 	path := filepath.Join(l.dir, segName(seq))
-	buf, err := readFile(l.fs, path)
+	buf, err := vfs.ReadFile(l.fs, path)
 	if err != nil {
 		return fmt.Errorf("seglog: read segment: %w", err)
 	}
@@ -675,7 +656,7 @@ func (l *Log) Replay(after uint64, fn func(group uint64, records [][]byte) error
 		if s.last <= after {
 			continue
 		}
-		buf, err := readFile(l.fs, s.path)
+		buf, err := vfs.ReadFile(l.fs, s.path)
 		if err != nil {
 			return fmt.Errorf("seglog: replay: read segment: %w", err)
 		}

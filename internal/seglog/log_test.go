@@ -288,7 +288,7 @@ func buildLog(t testing.TB, segSize int64, groups [][][]byte) (segs [][]byte, gr
 		t.Fatal(err)
 	}
 	for _, p := range segFiles(t, fsys, dir) {
-		b, err := readFile(fsys, p)
+		b, err := vfs.ReadFile(fsys, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -472,7 +472,7 @@ func TestBitFlipSealedSegment(t *testing.T) {
 					si+1, i, ce.Segment, ce.Offset, wantSeg, damageOffset(starts, i), err)
 			}
 			// Nothing was modified.
-			after, _ := readFile(fsys, wantSeg)
+			after, _ := vfs.ReadFile(fsys, wantSeg)
 			if !bytes.Equal(after, bad[si]) {
 				t.Fatalf("Open modified a corrupt sealed segment")
 			}
@@ -503,7 +503,7 @@ func TestBitFlipLastSegment(t *testing.T) {
 		if ce.Offset != damageOffset(starts, i) {
 			t.Fatalf("byte %d flipped: offset %d, want %d", i, ce.Offset, damageOffset(starts, i))
 		}
-		if after, _ := readFile(fsys, filepath.Join(dir, segName(1))); !bytes.Equal(after, bad) {
+		if after, _ := vfs.ReadFile(fsys, filepath.Join(dir, segName(1))); !bytes.Equal(after, bad) {
 			t.Fatalf("byte %d flipped: Open modified the segment", i)
 		}
 	}
@@ -790,7 +790,7 @@ func TestOpenReadOnly(t *testing.T) {
 		if got := replayAll(t, l, 0); !equalGroups(got, groups[:len(groups)-1]) {
 			t.Fatalf("replayed %d groups", len(got))
 		}
-		if b, _ := readFile(fsys, filepath.Join(dir, segName(uint64(len(segs))))); !bytes.Equal(b, torn[len(torn)-1]) {
+		if b, _ := vfs.ReadFile(fsys, filepath.Join(dir, segName(uint64(len(segs))))); !bytes.Equal(b, torn[len(torn)-1]) {
 			t.Fatal("OpenReadOnly changed the torn segment")
 		}
 		if _, err := l.Append(nil); err == nil {

@@ -67,7 +67,7 @@ func ReadCommitted(fsys vfs.FS, dir string, after uint64, fn func(group uint64, 
 	for i, seq := range seqs {
 		isLast := i == len(seqs)-1
 		path := filepath.Join(dir, segName(seq))
-		buf, err := readFile(fsys, path)
+		buf, err := vfs.ReadFile(fsys, path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return after, changed("segment %s vanished (deleted after a checkpoint?)", path)
 		}

@@ -203,7 +203,7 @@ func lastSegment(t *testing.T, fsys vfs.FS, dir string) string {
 
 func readSeg(t *testing.T, fsys vfs.FS, path string) []byte {
 	t.Helper()
-	b, err := readFile(fsys, path)
+	b, err := vfs.ReadFile(fsys, path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func ListCheckpoints(fsys vfs.FS, dir string) ([]CheckpointFile, error) {
 	out := make([]CheckpointFile, 0, len(gs))
 	for _, g := range gs {
 		path := filepath.Join(dir, ckptName(g))
-		b, err := readFile(fsys, path)
+		b, err := vfs.ReadFile(fsys, path)
 		if err != nil {
 			return nil, fmt.Errorf("seglog: read checkpoint: %w", err)
 		}
@@ -163,7 +163,7 @@ func (l *Log) Cut(saveDir string, covered uint64) (*CutReport, error) {
 
 // copyFile copies src to dst (created exclusively) and syncs dst.
 func copyFile(fsys vfs.FS, src, dst string) error {
-	b, err := readFile(fsys, src)
+	b, err := vfs.ReadFile(fsys, src)
 	if err != nil {
 		return fmt.Errorf("seglog: read %s to save a copy: %w", src, err)
 	}
@@ -239,7 +239,7 @@ func (l *Log) LostRecords() [][]byte {
 	if !ok {
 		return nil
 	}
-	if buf, err := readFile(l.fs, d.Segment); err == nil {
+	if buf, err := vfs.ReadFile(l.fs, d.Segment); err == nil {
 		scanFrom(buf, max(d.GroupEnd, segHeaderLen))
 	}
 	present, err := listSegments(l.fs, l.dir)
@@ -250,7 +250,7 @@ func (l *Log) LostRecords() [][]byte {
 		if s <= seq {
 			continue
 		}
-		if buf, err := readFile(l.fs, filepath.Join(l.dir, segName(s))); err == nil {
+		if buf, err := vfs.ReadFile(l.fs, filepath.Join(l.dir, segName(s))); err == nil {
 			scanFrom(buf, segHeaderLen)
 		}
 	}

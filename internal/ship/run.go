@@ -41,7 +41,7 @@ type Status struct {
 // ReadStatus reads the status file of the shipper of workspace dir.
 func ReadStatus(dir string) (Status, error) {
 	var st Status
-	b, err := readAll(vfs.Default, filepath.Join(dir, StatusName))
+	b, err := vfs.ReadFile(vfs.Default, filepath.Join(dir, StatusName))
 	if err != nil {
 		return st, err
 	}

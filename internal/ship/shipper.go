@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"path/filepath"
@@ -654,7 +653,7 @@ func (s *Shipper) latestCheckpoint() (*localCheckpoint, error) {
 	}
 	for i := len(gs) - 1; i >= 0; i-- {
 		path := filepath.Join(s.ckDir, seglog.CheckpointName(gs[i]))
-		b, err := readAll(s.opts.FS, path)
+		b, err := vfs.ReadFile(s.opts.FS, path)
 		if isNotExist(err) {
 			continue // replaced by a newer one meanwhile
 		}
@@ -752,24 +751,6 @@ func (s *Shipper) uploadObject(ctx context.Context, id objid.ID) error {
 	s.stats.BytesUploaded += int64(len(data))
 	s.mu.Unlock()
 	return nil
-}
-
-func readAll(fsys vfs.FS, path string) ([]byte, error) {
-	f, err := fsys.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, st.Size())
-	n, err := f.ReadAt(b, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return b[:n], nil
 }
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

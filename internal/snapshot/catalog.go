@@ -173,15 +173,6 @@ func DecodeEntry(data []byte) (Info, error) {
 	return in, nil
 }
 
-func readFile(fsys vfs.FS, path string) ([]byte, error) {
-	f, err := fsys.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(f)
-}
-
 // List returns the catalog sorted by ID (empty if there is none). A
 // damaged entry is an error naming its file (wrapping ErrBadEntry).
 func List(fsys vfs.FS, wsDir string) ([]Info, error) {
@@ -213,7 +204,7 @@ func List(fsys vfs.FS, wsDir string) ([]Info, error) {
 
 func readEntry(fsys vfs.FS, wsDir string, id uint64) (Info, error) {
 	path := filepath.Join(Dir(wsDir), entryName(id))
-	b, err := readFile(fsys, path)
+	b, err := vfs.ReadFile(fsys, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Info{}, fmt.Errorf("%w %d in %s", ErrNotFound, id, wsDir)
 	}
@@ -259,7 +250,7 @@ func nextID(fsys vfs.FS, wsDir string) (uint64, error) {
 			max = id
 		}
 	}
-	b, err := readFile(fsys, filepath.Join(Dir(wsDir), lastIDName))
+	b, err := vfs.ReadFile(fsys, filepath.Join(Dir(wsDir), lastIDName))
 	switch {
 	case err == nil:
 		v, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)

@@ -245,7 +245,7 @@ func TestRemoveDamagedEntry(t *testing.T) {
 	create("a", time.Now())
 	b := create("b", time.Now())
 	path := filepath.Join(Dir(e.wsDir("w")), entryName(b.ID))
-	data, err := readFile(e.fs, path)
+	data, err := vfs.ReadFile(e.fs, path)
 	noErr(t, err)
 	data[len(data)/2] ^= 0xff
 	noErr(t, vfs.Publish(e.fs, path, true, func(f vfs.File) error { _, err := f.Write(data); return err }))
