@@ -221,6 +221,16 @@ func TestReplicateWhileWritingRestoreEveryRow(t *testing.T) {
 	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: to}); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("restore onto an existing file: err = %v, want a refusal", err)
 	}
+	// Into a directory that does not exist yet (a workspace just pulled
+	// onto a new host has no agent/ directory): made, private.
+	deep := filepath.Join(t.TempDir(), "ws", "agent", "state.db")
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: deep}); err != nil {
+		t.Fatalf("restore into a new directory: %v", err)
+	}
+	sameRows(t, "restore into a new directory", dump(t, deep), want)
+	if st, err := os.Stat(filepath.Dir(deep)); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("new directory %s: %v, mode %v; want 0700", filepath.Dir(deep), err, st.Mode().Perm())
+	}
 
 	final, err := s.Close(ctx)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"wsfs/internal/vfs"
 
 	"github.com/benbjohnson/litestream"
 	"github.com/superfly/ltx"
@@ -52,6 +53,12 @@ func Restore(ctx context.Context, opt RestoreOptions) error {
 	// directory beside opt.To and made 0600 before it appears under its
 	// name (Litestream creates it with the umask's mode, 0644 by default,
 	// readable by every user of the host wherever --to points).
+	// The directory may not exist yet (a workspace just pulled onto a new
+	// host has no agent/ directory): made private and durably, like the
+	// sidecar's.
+	if err := vfs.MkdirAllDurable(vfs.Default, filepath.Dir(opt.To), dirPerm); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	tmpDir, err := os.MkdirTemp(filepath.Dir(opt.To), ".tmp-restore-")
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
