@@ -121,14 +121,21 @@ type mountOpts struct {
 	drain      string   // --drain (entry, syncfs); "" is the default
 	extraArgs  []string // more mount flags
 	created    bool     // the workspace exists (set after `wsfs create`)
+	// allowCorrupt: a daemon that refuses the workspace as corrupt (exit
+	// 4) before it is ready is not a test failure: mountWorkspace returns
+	// "" and the daemon's message in refused (tests that plant faults
+	// count it as a detection).
+	allowCorrupt bool
+	refused      string
 }
 
 // daemon is one `wsfs mount` child process.
 type daemon struct {
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	done   chan struct{} // closed when Wait returned
-	err    error         // Wait's result, valid after done
+	cmd     *exec.Cmd
+	stderr  *lockedBuffer
+	done    chan struct{} // closed when Wait returned
+	err     error         // Wait's result, valid after done
+	refused bool          // exited with exit 4 before ready, allowed by mountOpts.allowCorrupt
 }
 
 // mountWorkspace mounts the workspace of opts (initialising the host and
@@ -207,6 +214,10 @@ func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
 		}
 		select {
 		case <-d.done:
+			if opts.allowCorrupt && d.cmd.ProcessState.ExitCode() == 4 {
+				d.refused, opts.refused = true, d.stderr.String()
+				return "", stop
+			}
 			t.Fatalf("wsfs %s exited before it was ready (%v); stderr:\n%s", strings.Join(args, " "), d.err, d.stderr)
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -231,7 +242,7 @@ func (d *daemon) stop(t *testing.T, mnt string, kill bool) {
 	}
 	select {
 	case <-d.done: // already gone: unmounted from outside, or crashed
-		if !kill {
+		if !kill && !d.refused {
 			t.Errorf("wsfs daemon of %s exited before it was stopped (%v); stderr:\n%s", mnt, d.err, d.stderr)
 		}
 	default:

@@ -306,7 +306,15 @@ func runPowerCuts(t *testing.T, seed int64, cuts int, drop map[string]func(strin
 		}
 		h.restore(nil)
 		opts.mountpoint = ""
+		// With planted faults, a remount that refuses the log as
+		// corrupt (exit 4) is the fault detected, not a test failure.
+		opts.allowCorrupt = drop != nil
 		root, stop = mountWorkspace(t, &opts)
+		if root == "" {
+			violations++
+			report("round %d (seed %d): wsfs refused the state the cut left as corrupt:\n%s", round, rseed, opts.refused)
+			break
+		}
 
 		var problems []string
 		k, p := checkKillRound(filepath.Join(root, dir, "w0"), j)

@@ -3,12 +3,15 @@ package crashfs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"wsfs/internal/testenv"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,12 +28,7 @@ type env struct {
 
 func requireFUSE(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("crashfs mounts need root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("crashfs mounts need /dev/fuse: %v", err)
-	}
+	testenv.RequireFUSE(t)
 }
 
 // newEnv writes the durable starting tree with setup (directly in the
@@ -623,5 +621,62 @@ func TestLargeFile(t *testing.T) {
 	must(t, err)
 	if !bytes.Equal(b, data[:3<<20]) {
 		t.Errorf("big: %d bytes, want the 3 MiB synced prefix", len(b))
+	}
+}
+
+// openFDs counts the test process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestNoDescriptorLeak: a mount, a cut, the unmount and the restore give
+// back every descriptor crashfs opened, also those of file handles whose
+// RELEASE never arrives (the killed processes' files, when the mount is
+// detached before the kernel delivers it): a long power-cut run without
+// this leaked about 16 descriptors a cut and stopped with EMFILE at 1,249.
+func TestNoDescriptorLeak(t *testing.T) {
+	requireFUSE(t)
+	files := map[string]string{}
+	for i := range 40 {
+		files[fmt.Sprintf("f%02d", i)] = strings.Repeat("x", i)
+	}
+	e := newEnv(t, seed(files))
+	e.c.Close(testTimeout)
+	e.c = nil
+	before := openFDs(t)
+	for round := range 5 {
+		e.remount()
+		writeFile(t, e.p(fmt.Sprintf("new%d", round)), []byte("data"), 1)
+		e.cut(CutOptions{})
+	}
+	if after := openFDs(t); after > before+2 {
+		t.Fatalf("%d descriptors open after 5 mount/cut/restore rounds, %d before", after, before)
+	}
+
+	// A handle never released is closed by the unmount, and its late
+	// Release is then a no-op (the number may be reused meanwhile).
+	e.remount()
+	f, err := os.Open(filepath.Join(e.backing, "f01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &handle{c: e.c, fd: fd}
+	e.c.track(h)
+	e.cut(CutOptions{})
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+		t.Fatalf("an unreleased handle's descriptor is still open after the unmount (F_GETFD: %v)", err)
+	}
+	if errno := h.Release(t.Context()); errno != 0 {
+		t.Fatalf("late Release: %v", errno)
 	}
 }

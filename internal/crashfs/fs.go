@@ -49,6 +49,15 @@ type FS struct {
 	m     *model
 	stats Stats
 	drop  func(path string, dir bool) bool
+
+	// open holds the file handles not yet released: after a power cut the
+	// processes using the mount are killed and the mount detached, and
+	// the kernel may never deliver their RELEASE; Unmount closes what is
+	// left, so a long run does not run out of descriptors.
+	open struct {
+		sync.Mutex
+		m map[*handle]struct{}
+	}
 }
 
 // Mount serves backing at mountpoint. Everything in backing counts as
@@ -169,7 +178,19 @@ func (c *FS) Unmount(timeout time.Duration) error {
 		return fmt.Errorf("crashfs: server of %s did not end within %v of the unmount", c.mountpoint, timeout)
 	}
 	c.server = nil
+	c.closeUnreleased()
 	return nil
+}
+
+// closeUnreleased closes the descriptors of handles whose RELEASE never
+// came (see FS.open); a late Release of one is then a no-op.
+func (c *FS) closeUnreleased() {
+	c.open.Lock()
+	for h := range c.open.m {
+		unix.Close(h.fd)
+	}
+	c.open.m = nil
+	c.open.Unlock()
 }
 
 // Restore replaces the backing directory by the durable image. Call it
@@ -184,6 +205,7 @@ func (c *FS) Restore() (RestoreStats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rs, err := c.m.restore(c.backing)
+	c.m.close() // the descriptors of the files present at mount time
 	if err == nil {
 		err = os.RemoveAll(c.m.shadowDir)
 	}
@@ -255,7 +277,19 @@ func (c *FS) handleFromLoopback(ctx context.Context, fh fs.FileHandle) (*handle,
 	c.mu.Lock()
 	id := c.m.idOf(&st)
 	c.mu.Unlock()
-	return &handle{c: c, fd: nfd, id: id}, 0
+	h := &handle{c: c, fd: nfd, id: id}
+	c.track(h)
+	return h, 0
+}
+
+// track records h as open until its Release (or the unmount).
+func (c *FS) track(h *handle) {
+	c.open.Lock()
+	if c.open.m == nil {
+		c.open.m = map[*handle]struct{}{}
+	}
+	c.open.m[h] = struct{}{}
+	c.open.Unlock()
 }
 
 var _ = (fs.NodeCreater)((*node)(nil))
@@ -622,6 +656,13 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.c.open.Lock()
+	_, ok := h.c.open.m[h]
+	delete(h.c.open.m, h)
+	h.c.open.Unlock()
+	if !ok {
+		return 0 // closed by Unmount already
+	}
 	return errnoOf(unix.Close(h.fd))
 }
 
