@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"wsfs/internal/testenv"
 
 	"golang.org/x/sys/unix"
 )
@@ -184,9 +185,7 @@ var nobody = &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (changes uid, mounts)")
-	}
+	testenv.RequireRoot(t) // changes uid, mounts
 }
 
 // publicDir is a temporary directory every user can enter (t.TempDir's

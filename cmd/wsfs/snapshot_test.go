@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"wsfs/internal/daemon"
-	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
@@ -324,9 +323,7 @@ func mountWS(t *testing.T, home, name, mp string) {
 // workspace is taken by its daemon, a fork of it mounts at once and holds
 // the snapshot's files, and diff shows what changed after it.
 func TestSnapshotForkMounted(t *testing.T) {
-	if err := fusefs.CheckFUSE(); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	skipWithoutFUSE(t)
 	home, _ := snapHost(t)
 	mp := filepath.Join(home, "mnt", "ws")
 	if err := os.MkdirAll(mp, 0o755); err != nil {
