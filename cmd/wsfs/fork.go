@@ -26,7 +26,9 @@ with the snapshot through the pool (nothing is copied: the cost depends on
 the number of files, not their bytes) and keeps the snapshot's inode
 numbers. It appears atomically and is durable when the command returns;
 mount it at once with 'wsfs mount NEW'. NAME may be served by a daemon
-meanwhile. The agent state database is not forked yet.`)
+meanwhile. NEW's agent state database is the snapshot's copy of NAME's
+(none if the snapshot records none); its sidecar replicates it to NEW's
+own replica.`)
 	g.homeFlag(flags)
 	if err := parseFlags(flags, args); err != nil {
 		return err
@@ -50,7 +52,8 @@ meanwhile. The agent state database is not forked yet.`)
 		return preconditionError{fmt.Errorf("%w: %s", host.ErrWorkspaceExists, newName)}
 	}
 	start := time.Now()
-	if _, err := snapshot.Fork(vfs.Default, p, h.WorkspaceDir(name), id, h.WorkspaceDir(newName)); err != nil {
+	in, err := snapshot.Fork(vfs.Default, p, h.WorkspaceDir(name), id, h.WorkspaceDir(newName))
+	if err != nil {
 		if errors.Is(err, snapshot.ErrNotFound) {
 			return preconditionError{err}
 		}
@@ -61,7 +64,7 @@ meanwhile. The agent state database is not forked yet.`)
 	if err := h.RegisterWorkspace(newName); err != nil {
 		return identityError(err)
 	}
-	fmt.Fprintf(g.stdout, "wsfs: forked %s@%d as %s in %v (mount it with: wsfs mount --home %s %s)\n",
-		name, id, newName, time.Since(start).Round(time.Millisecond), h.Home(), newName)
+	fmt.Fprintf(g.stdout, "wsfs: forked %s@%d as %s (%s) in %v (mount it with: wsfs mount --home %s %s)\n",
+		name, id, newName, agentSummary(in), time.Since(start).Round(time.Millisecond), h.Home(), newName)
 	return nil
 }

@@ -25,9 +25,9 @@ func init() {
 		summary:   "create, list, remove and prune a workspace's snapshots",
 		argsUsage: "NAME | NAME@ID",
 		about: `
-A snapshot is a named, durable state of a workspace's tree (and later of
-its agent state), stored as content-addressed directory manifests in the
-pool. It is durable when 'create' returns. Fork one with 'wsfs fork',
+A snapshot is a named, durable state of a workspace's tree and of its
+agent state database, stored as content-addressed directory manifests
+and a consistent copy of the database in the pool. It is durable when 'create' returns. Fork one with 'wsfs fork',
 compare with 'wsfs diff', go back to one with 'wsfs restore'.`,
 		subcommands: []command{
 			{name: "create", summary: "snapshot NAME's durable state (through its daemon if one serves it)", run: runSnapshotCreate},
@@ -89,7 +89,11 @@ that completed before the command was called. It is durable (manifests
 synced, catalog entry published and its directory synced) when the
 command returns, and prints NAME@ID. When a daemon serves NAME, the
 daemon takes it (through its control socket): writers wait at most for
-the copy of the durable tree, readers not at all.`)
+the copy of the durable tree, readers not at all. If NAME has an agent
+state database, the snapshot records a consistent copy of it (SQLite's
+backup API, from a read transaction opened before the file cut: the
+database as of one instant between the call and the file cut); the agent
+and its sidecar are never blocked.`)
 	g.homeFlag(flags)
 	label := flags.String("label", "", fmt.Sprintf("a label to remember it by (at most %d bytes)", snapshot.MaxLabel))
 	if err := parseFlags(flags, args); err != nil {
@@ -119,6 +123,9 @@ the copy of the durable tree, readers not at all.`)
 			return rerr
 		}
 		in = snapshot.Info{ID: rep.ID, Group: rep.Group}
+		if rep.AgentBytes > 0 {
+			in.Agent = &snapshot.AgentCopy{Size: rep.AgentBytes}
+		}
 		st.Dirs, st.Entries, st.Bytes = rep.Dirs, rep.Entries, rep.Bytes
 		err, how = nil, "through the daemon"
 	}
@@ -126,9 +133,17 @@ the copy of the durable tree, readers not at all.`)
 		return offlineError("wsfs snapshot create", name, err)
 	}
 	fmt.Fprintf(g.stdout, "%s@%d\n", name, in.ID)
-	fmt.Fprintf(g.stderr, "wsfs: snapshot %s@%d of group %d (%s): %d directories, %d entries, %s of manifests, in %v\n",
-		name, in.ID, in.Group, how, st.Dirs, st.Entries, humanBytes(int64(st.Bytes)), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(g.stderr, "wsfs: snapshot %s@%d of group %d (%s): %d directories, %d entries, %s of manifests, %s, in %v\n",
+		name, in.ID, in.Group, how, st.Dirs, st.Entries, humanBytes(int64(st.Bytes)), agentSummary(in), time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// agentSummary says what agent state snapshot in records.
+func agentSummary(in snapshot.Info) string {
+	if in.Agent == nil {
+		return "no agent state"
+	}
+	return "agent state " + humanBytes(int64(in.Agent.Size))
 }
 
 // snapshotJSON is one snapshot in `ls --json`.
@@ -138,10 +153,20 @@ type snapshotJSON struct {
 	Time  time.Time `json:"time"`
 	Group uint64    `json:"group"`
 	Root  string    `json:"root"`
+	// Agent is the agent state copy it records; null: none.
+	Agent *agentJSON `json:"agent"`
+}
+
+type agentJSON struct {
+	Bytes  uint64 `json:"bytes"`
+	Chunks int    `json:"chunks"`
 }
 
 func runSnapshotLs(ctx context.Context, g *globals, args []string) error {
-	flags := newFlagSet(g, "snapshot ls", "NAME", `Lists workspace NAME's snapshots, oldest first.`)
+	flags := newFlagSet(g, "snapshot ls", "NAME", `
+Lists workspace NAME's snapshots, oldest first. AGENT is the size of the
+agent state copy a snapshot records, or "none" (the workspace had no
+agent database, or an older wsfs took the snapshot).`)
 	g.homeFlag(flags)
 	asJSON := flags.Bool("json", false, "print JSON")
 	if err := parseFlags(flags, args); err != nil {
@@ -162,20 +187,28 @@ func runSnapshotLs(ctx context.Context, g *globals, args []string) error {
 	if *asJSON {
 		out := make([]snapshotJSON, 0, len(all))
 		for _, in := range all {
-			out = append(out, snapshotJSON{in.ID, in.Label, in.Time.UTC(), in.Group, in.Root.String()})
+			j := snapshotJSON{ID: in.ID, Label: in.Label, Time: in.Time.UTC(), Group: in.Group, Root: in.Root.String()}
+			if in.Agent != nil {
+				j.Agent = &agentJSON{Bytes: in.Agent.Size, Chunks: len(in.Agent.Content.Chunks)}
+			}
+			out = append(out, j)
 		}
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SNAPSHOT\tTIME\tGROUP\tROOT\tLABEL")
+	fmt.Fprintln(tw, "SNAPSHOT\tTIME\tGROUP\tROOT\tAGENT\tLABEL")
 	for _, in := range all {
 		label := in.Label
 		if snapshot.ValidateLabel(label) != nil { // written by an older wsfs
 			label = strconv.Quote(label)
 		}
-		fmt.Fprintf(tw, "%s@%d\t%s\t%d\t%.12s\t%s\n", name, in.ID, in.Time.Local().Format(time.RFC3339), in.Group, in.Root.String(), label)
+		agent := "none"
+		if in.Agent != nil {
+			agent = humanBytes(int64(in.Agent.Size))
+		}
+		fmt.Fprintf(tw, "%s@%d\t%s\t%d\t%.12s\t%s\t%s\n", name, in.ID, in.Time.Local().Format(time.RFC3339), in.Group, in.Root.String(), agent, label)
 	}
 	return tw.Flush()
 }

@@ -65,6 +65,8 @@ type ControlReply struct {
 	Dirs    int    `json:"dirs,omitempty"`
 	Entries int    `json:"entries,omitempty"`
 	Bytes   int    `json:"bytes,omitempty"`
+	// AgentBytes is the size of the agent state copy it records (0: none).
+	AgentBytes uint64 `json:"agent_bytes,omitempty"`
 }
 
 // StartControl serves the control socket of the workspace in
@@ -131,6 +133,9 @@ func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.
 						lg.Error("snapshot failed", "err", err)
 					} else {
 						rep = ControlReply{ID: in.ID, Group: in.Group, Root: in.Root.String(), Dirs: st.Dirs, Entries: st.Entries, Bytes: st.Bytes}
+						if in.Agent != nil {
+							rep.AgentBytes = in.Agent.Size
+						}
 						lg.Info("snapshot", "id", in.ID, "group", in.Group, "dirs", st.Dirs, "took", time.Since(start).Round(time.Millisecond))
 					}
 				}

@@ -9,11 +9,21 @@
 //	snapshots/last-id           the largest ID ever used, when that entry was removed
 //	snapshots/lock              flock serializing catalog changes
 //
-// Entry format (frozen, version 1; golden file testdata/entry-v1.golden):
+// Entry format (frozen, versions 1 and 2; golden files
+// testdata/entry-v1.golden, testdata/entry-v2.golden):
 //
 //	entry = magic:"WSFSSNP1" version:uvarint id:uvarint
 //	        sec:zigzag nsec:uvarint group:uvarint root:[32]u8
-//	        label:uvarint-length+bytes crc32c:u32le
+//	        label:uvarint-length+bytes [agent] crc32c:u32le
+//	agent = kind:u8 (1: copy) size:uvarint shift:u8 count:uvarint
+//	        chunk:[32]u8*count                       (version 2 only)
+//
+// Version 1 entries (written before snapshots recorded the agent state,
+// and still written for a snapshot without an agent database, so that
+// older wsfs binaries read them) have no agent field: the snapshot
+// records no agent state. A version 2 entry records a consistent copy of
+// the agent state database (see AgentCopy): size bytes in pool objects
+// of 1<<shift bytes each (the last one shorter).
 //
 // Invariants:
 //   - An entry is published only after every object of its tree is durable
@@ -44,16 +54,19 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 )
 
 const (
-	entryMagic   = "WSFSSNP1"
-	entryVersion = 1
-	entrySuffix  = ".snap"
-	lastIDName   = "last-id"
-	lockName     = "lock"
+	entryMagic    = "WSFSSNP1"
+	entryVersion  = 1 // an entry without agent state
+	entryVersion2 = 2 // an entry with an agent state copy
+	agentKindCopy = 1
+	entrySuffix   = ".snap"
+	lastIDName    = "last-id"
+	lockName      = "lock"
 	// MaxLabel is the longest label, in bytes.
 	MaxLabel = 256
 )
@@ -73,6 +86,18 @@ type Info struct {
 	Time  time.Time // when it was taken (wall clock)
 	Group uint64    // the workspace's last committed group it contains
 	Root  objid.ID  // manifest root object
+	// Agent is the copy of the agent state database taken with the tree
+	// (nil: the snapshot records no agent state: the workspace had no
+	// agent database, or an older wsfs took it).
+	Agent *AgentCopy
+}
+
+// AgentCopy is a snapshot's copy of the agent state database: Size bytes,
+// a whole SQLite database file, in the chunked content Content (every
+// chunk a pool object of 1<<ChunkShift bytes, the last one shorter).
+type AgentCopy struct {
+	Size    uint64
+	Content namespace.Content
 }
 
 // Dir is the catalog directory of the workspace in wsDir.
@@ -110,7 +135,11 @@ func parseEntryName(name string) (uint64, bool) {
 // EncodeEntry returns the catalog entry bytes of in.
 func EncodeEntry(in Info) []byte {
 	b := []byte(entryMagic)
-	b = binary.AppendUvarint(b, entryVersion)
+	if in.Agent != nil {
+		b = binary.AppendUvarint(b, entryVersion2)
+	} else {
+		b = binary.AppendUvarint(b, entryVersion)
+	}
 	b = binary.AppendUvarint(b, in.ID)
 	b = binary.AppendVarint(b, in.Time.Unix())
 	b = binary.AppendUvarint(b, uint64(in.Time.Nanosecond()))
@@ -118,6 +147,15 @@ func EncodeEntry(in Info) []byte {
 	b = append(b, in.Root[:]...)
 	b = binary.AppendUvarint(b, uint64(len(in.Label)))
 	b = append(b, in.Label...)
+	if a := in.Agent; a != nil {
+		b = append(b, agentKindCopy)
+		b = binary.AppendUvarint(b, a.Size)
+		b = append(b, a.Content.ChunkShift)
+		b = binary.AppendUvarint(b, uint64(len(a.Content.Chunks)))
+		for _, c := range a.Content.Chunks {
+			b = append(b, c[:]...)
+		}
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -145,8 +183,9 @@ func DecodeEntry(data []byte) (Info, error) {
 		b = b[n:]
 		return v
 	}
-	if v := uv(); !bad && v != entryVersion {
-		return fail("version %d, this wsfs reads version %d", v, entryVersion)
+	version := uv()
+	if !bad && version != entryVersion && version != entryVersion2 {
+		return fail("version %d, this wsfs reads versions %d and %d", version, entryVersion, entryVersion2)
 	}
 	in.ID = uv()
 	sec, n := binary.Varint(b)
@@ -163,10 +202,35 @@ func DecodeEntry(data []byte) (Info, error) {
 	copy(in.Root[:], b)
 	b = b[32:]
 	ln := uv()
-	if bad || ln > MaxLabel || ln != uint64(len(b)) {
+	if bad || ln > MaxLabel || ln > uint64(len(b)) || (version == entryVersion && ln != uint64(len(b))) {
 		return fail("label of %d bytes with %d left", ln, len(b))
 	}
-	in.Label = string(b)
+	in.Label = string(b[:ln])
+	b = b[ln:]
+	if version == entryVersion2 {
+		if len(b) < 1 || b[0] != agentKindCopy {
+			return fail("version 2 entry without an agent state copy")
+		}
+		b = b[1:]
+		a := &AgentCopy{Size: uv()}
+		if bad || len(b) < 1 {
+			return fail("truncated agent state copy")
+		}
+		a.Content.ChunkShift = b[0]
+		b = b[1:]
+		n := uv()
+		if bad || n == 0 || n != uint64(len(b))/32 || uint64(len(b))%32 != 0 {
+			return fail("agent state copy of %d chunks with %d bytes left", n, len(b))
+		}
+		a.Content.Chunks = make([]objid.ID, n)
+		for i := range a.Content.Chunks {
+			copy(a.Content.Chunks[i][:], b[32*i:])
+		}
+		if err := a.Content.Validate(a.Size); err != nil {
+			return fail("agent state copy: %v", err)
+		}
+		in.Agent = a
+	}
 	if in.ID == 0 {
 		return fail("id 0")
 	}

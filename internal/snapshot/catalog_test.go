@@ -6,11 +6,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"wsfs/internal/manifest"
+	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -48,8 +50,52 @@ func TestEntryGolden(t *testing.T) {
 	}
 }
 
+// TestEntryGoldenV2: an entry with an agent state copy is version 2
+// (frozen in testdata/entry-v2.golden); the version 1 golden above still
+// decodes, with no agent state.
+func TestEntryGoldenV2(t *testing.T) {
+	in := Info{ID: 8, Label: "agent", Time: time.Unix(1764547200, 5), Group: 9, Root: objid.Sum([]byte("root")),
+		Agent: &AgentCopy{Size: 3<<20 + 17, Content: namespace.Content{ChunkShift: AgentChunkShift,
+			Chunks: []objid.ID{objid.Sum([]byte("a")), objid.Sum([]byte("b")), objid.Sum([]byte("a")), objid.Sum([]byte("c"))}}}}
+	b := EncodeEntry(in)
+	path := filepath.Join("testdata", "entry-v2.golden")
+	if *update {
+		noErr(t, os.WriteFile(path, b, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	noErr(t, err)
+	if !bytes.Equal(b, want) {
+		t.Fatalf("entry encoding changed")
+	}
+	got, err := DecodeEntry(want)
+	noErr(t, err)
+	if got.ID != in.ID || got.Label != in.Label || got.Group != in.Group || got.Root != in.Root || got.Agent == nil ||
+		got.Agent.Size != in.Agent.Size || !slices.Equal(got.Agent.Content.Chunks, in.Agent.Content.Chunks) || got.Agent.Content.ChunkShift != AgentChunkShift {
+		t.Fatalf("decoded %+v, want %+v", got, in)
+	}
+	for i := range want {
+		bad := bytes.Clone(want)
+		bad[i] ^= 0x10
+		if _, err := DecodeEntry(bad); !errors.Is(err, ErrBadEntry) {
+			t.Fatalf("flipped byte %d: err = %v", i, err)
+		}
+	}
+	old, err := os.ReadFile(filepath.Join("testdata", "entry-v1.golden"))
+	noErr(t, err)
+	v1, err := DecodeEntry(old)
+	noErr(t, err)
+	if v1.Agent != nil {
+		t.Fatalf("a version 1 entry decoded with agent state %+v", v1.Agent)
+	}
+	// Without agent state the entry stays version 1 (older wsfs reads it).
+	if b := EncodeEntry(Info{ID: 1, Time: time.Unix(0, 0)}); b[len(entryMagic)] != entryVersion {
+		t.Fatalf("an entry without agent state is version %d", b[len(entryMagic)])
+	}
+}
+
 func FuzzDecodeEntry(f *testing.F) {
 	f.Add(EncodeEntry(Info{ID: 1, Time: time.Unix(0, 0)}))
+	f.Add(EncodeEntry(Info{ID: 2, Time: time.Unix(3, 4), Agent: &AgentCopy{Size: 5, Content: namespace.Content{ChunkShift: AgentChunkShift, Chunks: []objid.ID{objid.Sum([]byte("x"))}}}}))
 	f.Add(EncodeEntry(Info{ID: 9, Label: "x", Time: time.Unix(-5, 3), Group: 3}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in, err := DecodeEntry(data)
@@ -63,7 +109,8 @@ func FuzzDecodeEntry(f *testing.F) {
 			// Non-minimal varints could decode; they must still decode
 			// to the same entry after re-encoding.
 			in2, err := DecodeEntry(EncodeEntry(in))
-			if err != nil || in2.ID != in.ID || in2.Label != in.Label || !in2.Time.Equal(in.Time) {
+			if err != nil || in2.ID != in.ID || in2.Label != in.Label || !in2.Time.Equal(in.Time) || (in2.Agent == nil) != (in.Agent == nil) ||
+				(in.Agent != nil && (in2.Agent.Size != in.Agent.Size || !slices.Equal(in2.Agent.Content.Chunks, in.Agent.Content.Chunks))) {
 				t.Fatalf("re-encoding differs: %+v %+v %v", in, in2, err)
 			}
 		}

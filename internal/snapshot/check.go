@@ -32,7 +32,8 @@ type CheckReport struct {
 // (one damaged entry does not hide the others), loads each snapshot's
 // manifests (which verifies their hashes) and checks that every content
 // object they reference is in the pool (with verify: that its bytes hash
-// to its name). It writes nothing and takes no lock. An object shared by
+// to its name), and the same for the chunks of their agent state
+// copies. It writes nothing and takes no lock. An object shared by
 // several snapshots is checked once; a problem names the snapshots it
 // affects.
 func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, error) {
@@ -55,6 +56,7 @@ func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, 
 	st := &manifest.PoolStore{Pool: p}
 	visited := map[objid.ID]bool{}
 	users := map[objid.ID][]string{} // content object -> snapshots
+	agent := map[objid.ID]bool{}     // chunks of agent state copies
 	var order []objid.ID
 	for _, id := range ids {
 		ref := fmt.Sprintf("%s@%d", ws, id)
@@ -82,6 +84,15 @@ func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, 
 				users[o] = append(u, ref)
 			}
 		})
+		agentObjects(in, func(o objid.ID) {
+			if _, seen := users[o]; !seen {
+				order = append(order, o)
+			}
+			agent[o] = true
+			if u := users[o]; len(u) == 0 || u[len(u)-1] != ref {
+				users[o] = append(u, ref)
+			}
+		})
 		if err != nil {
 			rep.Damage = append(rep.Damage, Damage{
 				Where: filepath.Join(Dir(wsDir), entryName(id)),
@@ -93,10 +104,15 @@ func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, 
 	rep.Objects = len(order)
 	for _, o := range order {
 		path := p.Path(o)
+		what, do := "content of files in", "reading those files from a fork or restore gives EIO"
+		if agent[o] {
+			// (a chunk may also be some file's content: dedup)
+			what, do = "a chunk of the agent state copy of", "restoring or forking those snapshots fails before changing anything"
+		}
 		if _, err := fsys.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			rep.Damage = append(rep.Damage, Damage{Where: path,
-				What: fmt.Sprintf("pool object %s, content of files in %s, is missing", o, joinRefs(users[o])),
-				Do:   "reading those files from a fork or restore gives EIO; bring the object back from a backup (or write the same content again in any workspace), or remove the snapshots"})
+				What: fmt.Sprintf("pool object %s, %s %s, is missing", o, what, joinRefs(users[o])),
+				Do:   do + "; bring the object back from a backup (or write the same content again in any workspace), or remove the snapshots"})
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("snapshot: check object %s: %w", o, err)
@@ -109,7 +125,7 @@ func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, 
 		switch {
 		case errors.As(err, &co):
 			rep.Damage = append(rep.Damage, Damage{Where: path,
-				What: fmt.Sprintf("pool object %s, content of files in %s, is corrupt: its bytes hash to %s", o, joinRefs(users[o]), co.Got),
+				What: fmt.Sprintf("pool object %s, %s %s, is corrupt: its bytes hash to %s", o, what, joinRefs(users[o]), co.Got),
 				Do:   "write the original content again (a Put of the same bytes repairs the object for every workspace and snapshot), or bring it back from a backup"})
 		case err != nil:
 			return nil, err

@@ -27,12 +27,21 @@ func Create(fsys vfs.FS, wsDir string, p *pool.Pool, t *namespace.Tree, group ui
 	if err := ValidateLabel(label); err != nil {
 		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: %w", err)
 	}
+	cut, err := beginAgentCut(wsDir)
+	if err != nil {
+		return Info{}, manifest.BuildStats{}, err
+	}
+	defer closeCut(cut)
 	st := &manifest.PoolStore{Pool: p}
 	root, stats, err := manifest.Build(t, st)
 	if err != nil {
 		return Info{}, stats, fmt.Errorf("snapshot: build manifests: %w", err)
 	}
-	in, err := publishNew(fsys, wsDir, st, root, group, label, now)
+	agent, err := storeAgentCut(cut, st)
+	if err != nil {
+		return Info{}, stats, err
+	}
+	in, err := publishNew(fsys, wsDir, st, Info{Root: root, Group: group, Label: label, Time: now, Agent: agent})
 	return in, stats, err
 }
 
@@ -77,6 +86,13 @@ func CreateServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Po
 	if err := ValidateLabel(label); err != nil {
 		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: %w", err)
 	}
+	// The bracket (see AgentCopy): the agent database's read
+	// transaction opens before the file cut and is copied after it.
+	cut, err := beginAgentCut(wsDir)
+	if err != nil {
+		return Info{}, manifest.BuildStats{}, err
+	}
+	defer closeCut(cut)
 	st := &manifest.PoolStore{Pool: p}
 	root, group, stats, err := w.DurableManifest(st)
 	var missing *pool.MissingObjectError
@@ -89,13 +105,18 @@ func CreateServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Po
 	if err != nil {
 		return Info{}, stats, fmt.Errorf("snapshot: build manifests: %w", err)
 	}
-	in, err := publishNew(fsys, wsDir, st, root, group, label, now)
+	agent, err := storeAgentCut(cut, st)
+	if err != nil {
+		return Info{}, stats, err
+	}
+	in, err := publishNew(fsys, wsDir, st, Info{Root: root, Group: group, Label: label, Time: now, Agent: agent})
 	return in, stats, err
 }
 
-// publishNew syncs the manifests st put or reused, allocates an ID and
-// publishes the catalog entry durably.
-func publishNew(fsys vfs.FS, wsDir string, st *manifest.PoolStore, root objid.ID, group uint64, label string, now time.Time) (Info, error) {
+// publishNew syncs the manifests (and agent state chunks) st put or
+// reused, allocates an ID and publishes the catalog entry in (its ID
+// filled in) durably.
+func publishNew(fsys vfs.FS, wsDir string, st *manifest.PoolStore, in Info) (Info, error) {
 	// Contents are durable already (committed groups synced them); the
 	// manifests are not until this sync.
 	if err := st.Sync(); err != nil {
@@ -121,7 +142,7 @@ func publishNew(fsys vfs.FS, wsDir string, st *manifest.PoolStore, root objid.ID
 	if err != nil {
 		return Info{}, err
 	}
-	in := Info{ID: id, Label: label, Time: now, Group: group, Root: root}
+	in.ID = id
 	if err := publish(fsys, wsDir, in); err != nil {
 		return Info{}, fmt.Errorf("snapshot: publish catalog entry: %w", err)
 	}
@@ -173,6 +194,12 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 		_ = fsys.RemoveAll(tmp)
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
+	// The new workspace's agent database is the snapshot's copy, made
+	// (durably) before the directory appears under its name.
+	if _, err := RestoreAgent(p, tmp, in); err != nil {
+		_ = fsys.RemoveAll(tmp)
+		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
+	}
 	if err := fsys.Rename(tmp, newDir); err != nil {
 		_ = fsys.RemoveAll(tmp)
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
@@ -192,6 +219,13 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 // G (durably, replacing any checkpoint of G atomically): recovery finds
 // it and replays only groups after G. Inode numbers are the snapshot's;
 // the next inode number never goes down.
+//
+// The agent state database is set to the snapshot's copy (RestoreAgent)
+// just before the checkpoint is published, while the workspace lock is
+// held; the undo snapshot recorded the agent state it replaces. A
+// snapshot without agent state leaves the agent database as it is. A
+// crash between the two steps leaves the agent state restored and the
+// files not: running the same restore again completes it.
 func Restore(opts workspace.Options, id uint64, now time.Time) (before, target Info, err error) {
 	fsys := fsOf(opts)
 	target, err = Get(fsys, opts.Dir, id)
@@ -210,6 +244,11 @@ func Restore(opts workspace.Options, id uint64, now time.Time) (before, target I
 		}
 		if _, _, err := manifest.LoadTree(&manifest.PoolStore{Pool: opts.Pool}, target.Root); err != nil {
 			return fmt.Errorf("snapshot: restore %d: %w", id, err)
+		}
+		// The agent state first, in one transaction of the live
+		// database: if it fails, the files are unchanged too.
+		if _, err := RestoreAgent(opts.Pool, opts.Dir, target); err != nil {
+			return err
 		}
 		return seglog.WriteCheckpoint(fsys, filepath.Join(opts.Dir, "checkpoint"), group, manifest.EncodeRef(target.Root, uint64(t.NextIno())))
 	})
@@ -260,7 +299,8 @@ func DiffTree(p *pool.Pool, a Info, t *namespace.Tree) ([]manifest.Change, error
 
 // ForEachObject calls fn for every pool object the snapshots of the
 // workspace in wsDir reference: each root object, every directory
-// manifest and every content object (holes excluded). A manifest shared
+// manifest, every content object (holes excluded) and every chunk of
+// their agent state copies. A manifest shared
 // by several snapshots is walked once. For pool GC: the lead's GC marks
 // these besides the workspace's own tree. It reads the catalog without
 // the workspace lock (a snapshot removed meanwhile is skipped; one created
@@ -278,6 +318,7 @@ func ForEachObject(fsys vfs.FS, wsDir string, p *pool.Pool, fn func(objid.ID)) e
 		if err := manifest.ForEachObject(st, in.Root, visited, fn); err != nil {
 			return fmt.Errorf("snapshot %d of %s: %w", in.ID, wsDir, err)
 		}
+		agentObjects(in, fn)
 	}
 	return nil
 }

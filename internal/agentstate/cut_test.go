@@ -1,0 +1,229 @@
+package agentstate
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// copyCut takes a cut of the database at path and returns its copy.
+func copyCut(t testing.TB, path string, during func()) []byte {
+	t.Helper()
+	ctx := context.Background()
+	c, err := BeginCut(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == nil {
+		t.Fatalf("no database at %s", path)
+	}
+	defer c.Close()
+	if during != nil {
+		during()
+	}
+	var buf bytes.Buffer
+	n, err := c.Copy(ctx, 1<<20, func(b []byte) error {
+		if len(b) > 1<<20 {
+			t.Errorf("chunk of %d bytes", len(b))
+		}
+		buf.Write(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(buf.Len()) {
+		t.Fatalf("Copy says %d bytes, put %d", n, buf.Len())
+	}
+	return buf.Bytes()
+}
+
+// rowsOf writes image to a file and dumps it.
+func rowsOf(t *testing.T, image []byte) []string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "image.db")
+	if err := os.WriteFile(p, image, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := integrityCheck(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	return dump(t, p)
+}
+
+func TestBeginCutNoDatabase(t *testing.T) {
+	c, err := BeginCut(context.Background(), filepath.Join(t.TempDir(), "agent", DBName))
+	if c != nil || err != nil {
+		t.Fatalf("BeginCut of a missing database = %v, %v; want nil, nil", c, err)
+	}
+}
+
+// TestCutIsOneInstant: with a writer committing one row per transaction
+// throughout, the copy holds every row committed before BeginCut was
+// called, none committed after the copy returned, and no gap (one
+// instant, not a mix of pages from several).
+func TestCutIsOneInstant(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent", DBName)
+	if err := Ensure(path, "ws"); err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, path)
+	w.insert(t, 200)
+	stop := w.background(t)
+	defer stop()
+	for round := range 5 {
+		w.mu.Lock()
+		before := w.next - 1 // committed before BeginCut
+		w.mu.Unlock()
+		var image []byte
+		image = copyCut(t, path, func() {
+			time.Sleep(20 * time.Millisecond) // the writer commits meanwhile
+		})
+		w.mu.Lock()
+		after := w.next - 1
+		w.mu.Unlock()
+		rows := rowsOf(t, image)
+		var ids []int
+		for _, r := range rows {
+			if strings.HasPrefix(r, "meta ") {
+				continue
+			}
+			var id int
+			fmt.Sscanf(r, "%d", &id)
+			ids = append(ids, id)
+		}
+		for i, id := range ids {
+			if id != i+1 {
+				t.Fatalf("round %d: row %d has id %d: a gap", round, i, id)
+			}
+		}
+		if len(ids) < before || len(ids) > after {
+			t.Fatalf("round %d: copy holds %d rows; %d were committed before the cut, %d after the copy", round, len(ids), before, after)
+		}
+	}
+}
+
+// TestRestoreLiveUnderOpenConnections: a database restored to an earlier
+// copy while the agent holds a connection open and the sidecar
+// replicates it: the held connection reads the restored rows, the
+// database passes integrity_check, and the replica restores to the
+// restored content.
+func TestRestoreLiveUnderOpenConnections(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	w := newWriter(t, opts.DBPath)
+	w.insert(t, 300)
+	image := copyCut(t, opts.DBPath, nil)
+	want := dump(t, opts.DBPath)
+	w.insert(t, 500) // after the snapshot: gone after the restore
+	if _, err := w.db.Exec(`CREATE TABLE later (x)`); err != nil {
+		t.Fatal(err)
+	}
+	held, err := w.db.Conn(ctx) // the agent's connection, open across the restore
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	var n int
+	if err := held.QueryRowContext(ctx, `SELECT count(*) FROM progress`).Scan(&n); err != nil || n != 800 {
+		t.Fatalf("before restore: %d rows, %v", n, err)
+	}
+	if _, err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	err = RestoreLive(ctx, opts.DBPath, "ws-test", func(wr io.Writer) error {
+		_, err := wr.Write(image)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.QueryRowContext(ctx, `SELECT count(*) FROM progress`).Scan(&n); err != nil || n != 300 {
+		t.Fatalf("held connection after restore: %d rows, %v; want 300", n, err)
+	}
+	if err := held.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'later'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("held connection after restore: table 'later' count %d, %v", n, err)
+	}
+	var res string
+	if err := held.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&res); err != nil || res != "ok" {
+		t.Fatalf("integrity_check: %q, %v", res, err)
+	}
+	sameRows(t, "live database after restore", dump(t, opts.DBPath), want)
+	// The agent keeps writing on its connection.
+	if _, err := held.ExecContext(ctx, `INSERT INTO progress (id, step, payload) VALUES (301, 'after', x'00')`); err != nil {
+		t.Fatal(err)
+	}
+	want = dump(t, opts.DBPath)
+	if _, err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "from-replica.db")
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: out}); err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "replica restored after the live restore", dump(t, out), want)
+}
+
+// TestRestoreLiveRefusesDamagedCopy: a copy that is not a whole database
+// changes nothing.
+func TestRestoreLiveRefusesDamagedCopy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent", DBName)
+	if err := Ensure(path, "ws"); err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, path)
+	w.insert(t, 50)
+	image := copyCut(t, path, nil)
+	want := dump(t, path)
+	bad := bytes.Clone(image)
+	for i := 4096; i < len(bad); i++ {
+		bad[i] ^= 0x5a
+	}
+	err := RestoreLive(context.Background(), path, "ws", func(wr io.Writer) error {
+		_, err := wr.Write(bad)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "unchanged") {
+		t.Fatalf("restore of a damaged copy: %v", err)
+	}
+	sameRows(t, "after the refused restore", dump(t, path), want)
+}
+
+// TestRestoreLiveCreates: restoring into a workspace without an agent
+// database (a fork) creates it, private.
+func TestRestoreLiveCreates(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "agent", DBName)
+	if err := Ensure(src, "ws"); err != nil {
+		t.Fatal(err)
+	}
+	newWriter(t, src).insert(t, 20)
+	image := copyCut(t, src, nil)
+	dst := filepath.Join(t.TempDir(), "new", "agent", DBName)
+	if err := RestoreLive(context.Background(), dst, "new", func(wr io.Writer) error {
+		_, err := wr.Write(image)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "fresh database restored", dump(t, dst), dump(t, src))
+	st, err := os.Stat(dst)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("restored database mode %v, %v", st.Mode(), err)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), ".tmp-*")); len(leftovers) > 0 {
+		t.Fatalf("temp files left: %v", leftovers)
+	}
+}
