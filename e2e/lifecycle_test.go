@@ -193,6 +193,7 @@ func TestLifecycleSnapshotForkDiffRestore(t *testing.T) {
 		if i == 0 {
 			snapRows = rows
 			checkAgentPrefix(t, "snapshot's agent state (via fork f1)", rows, agentBefore, agentAfter)
+			t.Logf("the snapshot's agent state copy holds %d transactions", len(rows))
 		} else if !slices.Equal(rows, snapRows) {
 			t.Fatalf("fork f2's agent state differs from f1's (%d rows, %d)", len(rows), len(snapRows))
 		}
