@@ -65,18 +65,23 @@ func DBIn(wsDir string) string { return filepath.Join(wsDir, "agent", DBName) }
 
 // BeginCut pins the committed state of the database at path (a read
 // transaction) and returns it; it returns nil and no error when there is
-// no database at path. It never writes to the database and never waits
-// for writers (WAL readers do not block, and are not blocked by, the
-// agent or the sidecar).
+// no database at path. It opens the database read-only, so it never
+// writes to it (no checkpoint on close either), and it never waits for
+// writers (WAL readers do not block, and are not blocked by, the agent or
+// the sidecar).
 func BeginCut(ctx context.Context, path string) (*Cut, error) {
 	if ok, err := exists(path); err != nil {
 		return nil, fmt.Errorf("agent state %s: %w", path, err)
 	} else if !ok {
 		return nil, nil
 	}
-	db, err := OpenDB(path)
+	// Read-only: the cut never writes to the database, not even the
+	// checkpoint SQLite runs when the last connection closes (a
+	// checkpoint behind a stopped sidecar's back is the hazard the
+	// package doc describes).
+	db, err := sql.Open("sqlite", DSN(path)+"&mode=ro")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("agent state %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
 	c := &Cut{path: path, db: db}

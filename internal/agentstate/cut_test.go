@@ -3,6 +3,7 @@ package agentstate
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"os"
@@ -226,4 +227,54 @@ func TestRestoreLiveCreates(t *testing.T) {
 	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), ".tmp-*")); len(leftovers) > 0 {
 		t.Fatalf("temp files left: %v", leftovers)
 	}
+}
+
+// TestCutWritesNothing: a cut of a database that has a WAL with frames
+// and no other connection open (an agent killed, no sidecar) leaves its
+// files exactly as they were: read-only, no checkpoint of the WAL when
+// the cut's connection closes.
+func TestCutWritesNothing(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "agent", DBName)
+	if err := Ensure(src, "ws"); err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, src)
+	w.insert(t, 100)
+	// The files as a killed agent leaves them: database and WAL, copied
+	// while the writer holds them open.
+	path := filepath.Join(t.TempDir(), DBName)
+	for _, sfx := range []string{"", "-wal"} {
+		b, err := os.ReadFile(src + sfx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path+sfx, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := fileSums(t, path)
+	if !strings.Contains(before, DBName+"-wal:0:") && strings.Contains(before, "-wal:") {
+		image := copyCut(t, path, nil)
+		if n := len(rowsOf(t, image)); n != 101 {
+			t.Fatalf("copy holds %d rows, want 101", n)
+		}
+	} else {
+		t.Fatalf("no WAL frames to keep: %s", before)
+	}
+	if after := fileSums(t, path); after != before {
+		t.Fatalf("the cut changed the database's files:\n before %s\n after  %s", before, after)
+	}
+}
+
+// fileSums describes the database file and its WAL (size and a hash).
+func fileSums(t *testing.T, path string) string {
+	var out string
+	for _, p := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(p)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		out += fmt.Sprintf("%s:%d:%x ", filepath.Base(p), len(b), sha256.Sum256(b))
+	}
+	return out
 }
