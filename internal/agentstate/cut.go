@@ -12,6 +12,7 @@ import (
 
 	"modernc.org/sqlite"
 
+	"wsfs/internal/host"
 	"wsfs/internal/vfs"
 )
 
@@ -60,8 +61,8 @@ type Cut struct {
 }
 
 // DBIn returns the agent state database of the workspace whose directory
-// is wsDir (STATE/workspaces/NAME/agent/state.db; see host.AgentDir).
-func DBIn(wsDir string) string { return filepath.Join(wsDir, "agent", DBName) }
+// is wsDir (STATE/workspaces/NAME/agent/state.db; see host.AgentDirIn).
+func DBIn(wsDir string) string { return filepath.Join(host.AgentDirIn(wsDir), DBName) }
 
 // BeginCut pins the committed state of the database at path (a read
 // transaction) and returns it; it returns nil and no error when there is

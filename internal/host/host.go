@@ -224,9 +224,11 @@ func (h *Host) LockNames(name string) []string {
 }
 
 // AgentDir is STATE/workspaces/NAME/agent, the agent's state directory.
-func (h *Host) AgentDir(name string) string {
-	return filepath.Join(h.WorkspaceDir(name), "agent")
-}
+func (h *Host) AgentDir(name string) string { return AgentDirIn(h.WorkspaceDir(name)) }
+
+// AgentDirIn is the agent's state directory of the workspace whose
+// directory is wsDir (for code that has the directory, not the host).
+func AgentDirIn(wsDir string) string { return filepath.Join(wsDir, "agent") }
 
 // MountPoint is the default mount point MNT/NAME.
 func (h *Host) MountPoint(name string) string {
