@@ -22,7 +22,7 @@ import (
 // Bounds of every wait on a daemon. None is a performance threshold: each
 // only turns a hang into a failure that says what hung.
 const (
-	readyTimeout   = 30 * time.Second // mount until the ready file appears
+	readyTimeout   = 60 * time.Second // mount until the ready file appears (a recovery at load 30 took over 30 s)
 	stopTimeout    = 30 * time.Second // SIGTERM until the daemon exits
 	killTimeout    = 10 * time.Second // SIGKILL until the daemon is reaped
 	commandTimeout = 60 * time.Second // wsfs init / create, umount
@@ -222,8 +222,15 @@ func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			// SIGQUIT first: the Go runtime prints every goroutine's stack,
+			// which tells a daemon stuck in a call from one starved of CPU.
+			d.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-d.done:
+			case <-time.After(killTimeout):
+			}
 			stop(true)
-			t.Fatalf("wsfs mount: no ready file %s within %v; stderr:\n%s", ready, readyTimeout, d.stderr)
+			t.Fatalf("wsfs mount: no ready file %s within %v; stderr (with the goroutine dump of SIGQUIT):\n%s", ready, readyTimeout, d.stderr)
 		}
 	}
 	var st unix.Statfs_t
