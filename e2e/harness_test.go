@@ -311,9 +311,14 @@ func wsfsCommand(t *testing.T, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, wsfsBin, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, wsfsBin, args...)
+	// On timeout SIGQUIT, so the output holds every goroutine's stack (what
+	// the command was stuck in); SIGKILL 5 s later if that does not end it.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("wsfs %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("wsfs %s: %v (bound %v)\n%s", strings.Join(args, " "), err, commandTimeout, out)
 	}
 }
 

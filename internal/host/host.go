@@ -416,9 +416,15 @@ func (h *Host) CheckMountPoint(mp string, mounts []string) error {
 // CheckNotOnWsfs refuses a host whose STATE or POOL lies on one of the
 // wsfs mounts mounts (CheckMountPoint's second half, for the commands
 // that make a host or a workspace: a host there could never be mounted).
+//
+// mounts are mount points as the kernel's mount table gives them:
+// absolute and free of symbolic links already. They are compared as
+// strings and never looked up, because a lookup on a mount point goes to
+// its daemon, and one hung daemon on the machine would then hang every
+// command of every host.
 func (h *Host) CheckNotOnWsfs(mounts []string) error {
 	for _, m := range mounts {
-		rm := resolve(m)
+		rm := filepath.Clean(m)
 		for _, d := range []string{h.state, h.pool} {
 			if within(resolve(d), rm) {
 				return fmt.Errorf("%w: the host directory %s lies on the wsfs mount %s; state and pool must be on a native filesystem", ErrMountInHost, d, m)
@@ -429,11 +435,12 @@ func (h *Host) CheckNotOnWsfs(mounts []string) error {
 }
 
 // CheckHomeNotOnWsfs refuses a HOME that lies on one of the wsfs mounts
-// mounts, before a host is made there.
+// mounts, before a host is made there. mounts are as for CheckNotOnWsfs:
+// canonical, compared without a lookup.
 func CheckHomeNotOnWsfs(home string, mounts []string) error {
 	rh := resolve(home)
 	for _, m := range mounts {
-		if within(rh, resolve(m)) {
+		if within(rh, filepath.Clean(m)) {
 			return fmt.Errorf("%w: the host directory %s lies on the wsfs mount %s; a host's state and pool must be on a native filesystem (its daemons would write through a wsfs mount, and 'wsfs mount' refuses such a host)", ErrMountInHost, home, m)
 		}
 	}
