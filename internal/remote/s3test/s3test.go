@@ -249,6 +249,7 @@ func Start(t testing.TB) *Server {
 	if err := vfs.Default.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
 	var s *Server
 	var lastErr error
 	for attempt := 0; attempt < 5 && s == nil; attempt++ {
@@ -284,6 +285,7 @@ func Start(t testing.TB) *Server {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	t.Logf("s3test: %s on %s serving bucket %s after %v", e.name, s.Endpoint, bucket, time.Since(began).Round(time.Millisecond))
 	return s
 }
 
