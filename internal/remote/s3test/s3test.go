@@ -268,7 +268,9 @@ func Start(t testing.TB) *Server {
 	// The S3 port may accept before the engine can serve requests: retry
 	// the bucket's creation until it succeeds or StartTimeout passes.
 	deadline := time.Now().Add(StartTimeout)
+	tries := 0
 	for {
+		tries++
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = st.CreateBucket(ctx)
 		cancel()
@@ -285,7 +287,7 @@ func Start(t testing.TB) *Server {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("s3test: %s on %s serving bucket %s after %v", e.name, s.Endpoint, bucket, time.Since(began).Round(time.Millisecond))
+	t.Logf("s3test: %s on %s serving bucket %s after %v (bucket created at try %d)", e.name, s.Endpoint, bucket, time.Since(began).Round(time.Millisecond), tries)
 	return s
 }
 
