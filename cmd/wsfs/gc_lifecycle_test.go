@@ -130,6 +130,21 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 		}
 		wss[i] = w
 	}
+	// serve starts a daemon of name on mp from any goroutine; one that is
+	// not ready in time is sent SIGQUIT, so that its error carries the
+	// daemon's goroutines.
+	serve := func(name, mp string) (*daemonProc, error) {
+		d := launchDaemon(t, home, name, mp, env)
+		if err := d.waitReady(); err != nil {
+			d.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-d.done:
+			case <-time.After(procStopTimeout):
+			}
+			return nil, fmt.Errorf("mount %s: %w\n%s", name, err, d.out)
+		}
+		return d, nil
+	}
 	refRE := regexp.MustCompile(`(?m)^(\S+@\d+)$`)
 	undoRE := regexp.MustCompile(`the state it replaced is (\S+@\d+)`)
 
@@ -192,6 +207,7 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 			w.snaps = slices.Delete(w.snaps, j, j+1)
 			w.ops["snapshot rm"]++
 		case x < 96: // fork, mount the fork, check it, change it; rm the oldest
+			var err error
 			if len(w.snaps) == 0 {
 				return nil
 			}
@@ -211,7 +227,9 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 			if err := os.Mkdir(f.mp, 0o755); err != nil {
 				return err
 			}
-			f.d = startNamedDaemon(t, home, f.name, f.mp, env)
+			if f.d, err = serve(f.name, f.mp); err != nil {
+				return err
+			}
 			if err := checkTree(f.mp, f.files); err != nil {
 				return fmt.Errorf("fork %s of %s: %w", f.name, s.ref, err)
 			}
@@ -240,7 +258,9 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 			}
 			w.snaps = append(w.snaps, lcSnap{ref: m[1], files: w.files})
 			w.files = maps.Clone(s.files)
-			w.d = startNamedDaemon(t, home, w.name, w.mp, env)
+			if w.d, err = serve(w.name, w.mp); err != nil {
+				return err
+			}
 			if err := checkTree(w.mp, w.files); err != nil {
 				return fmt.Errorf("after restore to %s: %w", s.ref, err)
 			}
