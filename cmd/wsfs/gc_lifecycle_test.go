@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -145,6 +146,36 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 		}
 		return d, nil
 	}
+	// checkDiff runs `wsfs diff --json A B` and compares it with the
+	// models' diff: every path only in B added, only in A removed, in both
+	// with other bytes modified (the workload renames only fresh temps,
+	// so no path of one snapshot moves to another path in the other).
+	checkDiff := func(a, b lcSnap) error {
+		ctx, cancel := context.WithTimeout(context.Background(), procCmdTimeout)
+		defer cancel()
+		cmd := wsfsCmd(ctx, "diff", "--json", "--home", home, a.ref, b.ref)
+		cmd.Env = append(cmd.Env, env...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("diff %s %s: %v %s", a.ref, b.ref, err, stderr.String())
+		}
+		var changes []changeJSON
+		if err := json.Unmarshal(out, &changes); err != nil {
+			return fmt.Errorf("diff %s %s: %v in %q", a.ref, b.ref, err, out)
+		}
+		var got []string
+		for _, c := range changes {
+			got = append(got, c.Op+" "+c.Path)
+		}
+		want := modelFileDiff(a.files, b.files)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("wsfs diff %s %s printed %q; the models differ by %q", a.ref, b.ref, got, want)
+		}
+		return nil
+	}
 	refRE := regexp.MustCompile(`(?m)^(\S+@\d+)$`)
 	undoRE := regexp.MustCompile(`the state it replaced is (\S+@\d+)`)
 
@@ -180,7 +211,7 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 			}
 			delete(w.files, name)
 			w.ops["delete"]++
-		case x < 80: // read back
+		case x < 78: // read back
 			if want, ok := w.files[name]; ok {
 				got, err := os.ReadFile(path)
 				if err != nil || !bytes.Equal(got, want) {
@@ -188,6 +219,15 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 				}
 				w.ops["read"]++
 			}
+		case x < 80: // diff two snapshots (the workspace is served)
+			if len(w.snaps) < 2 {
+				return nil
+			}
+			a, b := w.snaps[r.IntN(len(w.snaps))], w.snaps[r.IntN(len(w.snaps))]
+			if err := checkDiff(a, b); err != nil {
+				return err
+			}
+			w.ops["diff"]++
 		case x < 89: // snapshot, online through the daemon
 			out, err := run("snapshot", "create", "--home", home, w.name)
 			m := refRE.FindStringSubmatch(out)
@@ -414,6 +454,15 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 		t.Errorf("the pool holds %d bytes after the last pass; the referenced objects are %d bytes", afterBytes, wantBytes)
 	}
 
+	diffs := 0
+	for _, w := range wss {
+		for i := 1; i < len(w.snaps); i++ {
+			if err := checkDiff(w.snaps[i-1], w.snaps[i]); err != nil {
+				t.Error(err)
+			}
+			diffs++
+		}
+	}
 	for _, w := range all {
 		d := startNamedDaemon(t, home, w.name, w.mp, env)
 		if err := checkTree(w.mp, w.files); err != nil {
@@ -423,7 +472,7 @@ func TestGCUnderLoadLifecycle(t *testing.T) {
 			t.Errorf("%s: daemon exited %d: %s", w.name, code, d.out)
 		}
 	}
-	t.Logf("verified %d workspaces and forks, %d snapshots; %d referenced objects (%d bytes), 0 missing", len(all), snaps, len(want), wantBytes)
+	t.Logf("verified %d workspaces and forks, %d snapshots, %d diffs of adjacent snapshots; %d referenced objects (%d bytes), 0 missing", len(all), snaps, diffs, len(want), wantBytes)
 }
 
 // poolUsage returns the bytes of the files under dir and, for the pool's
@@ -515,6 +564,28 @@ func readManifestTree(st *manifest.PoolStore, root objid.ID, objs map[objid.ID]i
 		return nil, err
 	}
 	return files, nil
+}
+
+// modelFileDiff is what `wsfs diff --json` of two snapshots with these
+// files must print, as sorted "op /path" lines.
+func modelFileDiff(a, b map[string][]byte) []string {
+	var out []string
+	for path, x := range a {
+		y, ok := b[path]
+		switch {
+		case !ok:
+			out = append(out, "removed /"+path)
+		case !bytes.Equal(x, y):
+			out = append(out, "modified /"+path)
+		}
+	}
+	for path := range b {
+		if _, ok := a[path]; !ok {
+			out = append(out, "added /"+path)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // checkTree compares the regular files under mp with want (paths relative
