@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -45,6 +46,34 @@ func TestMountBesideStuckMount(t *testing.T) {
 	writeSync(t, filepath.Join(d.mp, "f"), []byte("served"), 0o644)
 	if got, err := os.ReadFile(filepath.Join(d.mp, "f")); err != nil || string(got) != "served" {
 		t.Fatalf("read beside a stuck mount: %q %v", got, err)
+	}
+	stopOK(t, d)
+}
+
+// TestStatusWithStuckDaemon: `wsfs status` of a host whose daemon does
+// not answer (SIGSTOP, kernel caches off) finishes and lists the
+// workspace; it used to stat each mount point and hang until the daemon
+// answered. Dead mounts are still told apart by the bounded statfs probe
+// (TestRemountAfterSIGKILL).
+func TestStatusWithStuckDaemon(t *testing.T) {
+	skipWithoutFUSE(t)
+	home := newHost(t)
+	d := startDaemon(t, home, "", "--attr-timeout", "-1s", "--entry-timeout", "-1s")
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := wsfsCmd(ctx, "status", "--home", home).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("wsfs status with a stuck daemon: no exit within 30s (killed): %s", out)
+	}
+	if err != nil || !strings.Contains(string(out), "ws") {
+		t.Fatalf("wsfs status: %v\n%s", err, out)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
 	}
 	stopOK(t, d)
 }
