@@ -61,7 +61,8 @@ type rawFS struct {
 	ioMu struct {
 		sync.Mutex
 		inodes   map[workspace.Ino]*inodeIO
-		released chan struct{} // closed and replaced at every RELEASE
+		released chan struct{} // closed and replaced at a RELEASE while waiting > 0
+		waiting  int           // opens waiting in chooseIO for a RELEASE
 	}
 }
 
