@@ -180,8 +180,9 @@ func blocks512(n int64) uint64 { return uint64(n+511) / 512 }
 // 512-byte blocks of the bytes actually stored. Hole chunks (zeros with no
 // object) count nothing, so a sparse file reports what it occupies and du
 // and cp --sparse see its holes; inline bytes and objects count whole.
+// Content with pending ranges counts its whole size.
 func contentBlocks(c *namespace.Content, size uint64) uint64 {
-	if !c.IsChunked() {
+	if !c.IsChunked() || c.Ranges != nil {
 		return blocks512(int64(size))
 	}
 	var b uint64
