@@ -276,7 +276,8 @@ func (w *Workspace) truncateLocked(n *namespace.Inode, size int64) error {
 // record and keeps the dirty content in memory (now clean), so that a
 // small append to a large file costs its bytes in the log instead of a
 // chunk object; the ranges are folded into a new base (a SetContent) when
-// they would exceed foldRanges or foldBytes, and on the last close.
+// they would exceed foldRanges or foldBytes (closeContentLocked: smaller
+// limits for closed files).
 // Otherwise it publishes a SetContent record (publishLocked).
 func (w *Workspace) flushLocked(n *namespace.Inode) error {
 	lv := liveOf(n)
@@ -321,34 +322,37 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 // Fold limits: the pending ranges of one file are folded into new chunks
 // (a SetContent) before there would be more than foldRanges of them or
 // more than foldBytes bytes (well within namespace.MaxRanges and
-// MaxRangeBytes, which bound what a checkpoint carries per file).
+// MaxRangeBytes, which bound what a checkpoint carries per file). A file
+// closed for the last time keeps its ranges only up to foldClosedRanges
+// and foldClosedBytes: the tree holds them in memory, as it holds inline
+// content (InlineMax), while an open file's are also in its dirty copy.
 const (
-	foldRanges = 256
-	foldBytes  = 256 << 10
+	foldRanges       = 256
+	foldBytes        = 256 << 10
+	foldClosedRanges = 64
+	foldClosedBytes  = 64 << 10
 )
 
-// foldLocked publishes n's content, pending ranges included, as one
-// SetContent record (new chunk objects), if its published content has
-// ranges or it has unflushed changes.
-func (w *Workspace) foldLocked(n *namespace.Inode) error {
-	if n.Nlink == 0 || n.Dropped {
-		return nil
-	}
+// closeContentLocked publishes n's content at the last close of its
+// handles: its unflushed changes (as ranges where possible), folding the
+// ranges when they exceed the closed-file limits, and drops the dirty
+// copy.
+func (w *Workspace) closeContentLocked(n *namespace.Inode) error {
 	lv := liveFor(n)
-	if n.Content.Ranges == nil {
-		if lv.dirty != nil && lv.dirty.clean {
-			w.discard(lv.dirty)
-			lv.dirty = nil
+	if err := w.flushLocked(n); err != nil {
+		return err
+	}
+	if c := &n.Content; c.Ranges != nil && (len(c.Ranges) > foldClosedRanges || c.RangeBytes() > foldClosedBytes) {
+		if _, err := w.dirtyLocked(n, true); err != nil {
+			return err
 		}
-		return w.flushLocked(n)
+		return w.publishLocked(n)
 	}
-	if err := w.usable(); err != nil {
-		return err
+	if lv.dirty != nil && lv.dirty.clean {
+		w.discard(lv.dirty)
+		lv.dirty = nil
 	}
-	if _, err := w.dirtyLocked(n, true); err != nil {
-		return err
-	}
-	return w.publishLocked(n)
+	return nil
 }
 
 // publishLocked publishes n's dirty content in a SetContent record: inline
@@ -496,9 +500,7 @@ func (h *Handle) Release() error {
 	var err error
 	if lv.opens == 0 {
 		if lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
-			// Last close: fold the ranges this session logged (and drop
-			// the in-memory copy a range flush kept).
-			err = h.w.foldLocked(n)
+			err = h.w.closeContentLocked(n)
 		}
 		retireObjLocked(lv)
 		if n.Nlink == 0 {

@@ -55,6 +55,17 @@
 // Fsync also waits for the commit. Published content is immutable: a write
 // copies the chunks it touches first. Reads do not update atime.
 //
+// A flush that changes only a few bytes of pooled content (up to 64 spans
+// and 64 KiB since the last flush, no chunk put meanwhile: a SQLite WAL
+// append) logs those bytes in a WriteRange record instead of new chunk
+// objects, and keeps the dirty content in memory as the copy of the
+// published one; the published content is then its base plus ordered
+// ranges (namespace.Content.Ranges), which reads overlay. Ranges are
+// folded into chunks by a SetContent when they would exceed foldRanges or
+// foldBytes, at the last close beyond foldClosedRanges/foldClosedBytes,
+// and by any truncate. Checkpoints and snapshot manifests carry pending
+// ranges (content kind 4), so both stay self-contained.
+//
 // # Kernel lookup counts
 //
 // Every call that returns an entry to the kernel — Lookup, Create, Mkdir,
