@@ -1,9 +1,11 @@
 package workspace
 
 import (
+	"reflect"
 	"syscall"
 	"testing"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 )
 
@@ -109,4 +111,48 @@ func TestRangeFoldThreshold(t *testing.T) {
 		t.Errorf("truncate left ranges")
 	}
 	eq(t, readAll(t, w, f.Ino), model, "after truncate")
+}
+
+// TestRangeSnapshot: a still tree whose open file has pending ranges
+// (flushed, clean) is accepted by StillTree, and its manifest, like the
+// durable shadow's, keeps the ranges: the tree loaded back has the same
+// content.
+func TestRangeSnapshot(t *testing.T) {
+	e := memEnv(t)
+	e.opts.ChunkSize = 4096
+	w := e.open()
+	defer w.Close()
+	model := pattern(3*4096+10, 4)
+	f := writeFile(t, w, RootIno, "wal", model)
+	h := H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))
+	defer h.Release()
+	_, err := h.WriteAt([]byte("frame"), int64(len(model)))
+	noErr(t, err)
+	noErr(t, h.Fsync(false))
+	ino := namespace.Ino(f.Ino)
+	for _, tc := range []struct {
+		name string
+		tree func(fn func(t *namespace.Tree, group uint64) error) error
+	}{{"still", w.StillTree}, {"durable", w.DurableTree}} {
+		err := tc.tree(func(tr *namespace.Tree, _ uint64) error {
+			want := tr.Get(ino).Content
+			if want.Ranges == nil {
+				t.Fatalf("%s: no ranges in the tree", tc.name)
+			}
+			st := &manifest.PoolStore{Pool: w.pool}
+			root, _, err := manifest.Build(tr, st)
+			if err != nil {
+				return err
+			}
+			back, _, err := manifest.LoadTree(st, root)
+			if err != nil {
+				return err
+			}
+			if got := back.Get(ino).Content; !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: manifest round trip: content %+v, want %+v", tc.name, got, want)
+			}
+			return nil
+		})
+		noErr(t, err)
+	}
 }
