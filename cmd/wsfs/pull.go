@@ -119,8 +119,8 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d objects (%d fetched), %d bytes in %.2fs\n",
 			name, res.Group, st, res.Inodes, res.Objects, res.Fetched, res.BytesGot, time.Since(start).Seconds())
 	} else {
-		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d bytes in %.2fs; %d objects are fetched on first read and in the background\n",
-			name, res.Group, st, res.Inodes, res.BytesGot, time.Since(start).Seconds(), res.Objects)
+		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d bytes in %.2fs (tree %.2fs, local write %.2fs); %d objects are fetched on first read and in the background\n",
+			name, res.Group, st, res.Inodes, res.BytesGot, time.Since(start).Seconds(), res.TreeTime.Seconds(), res.WriteTime.Seconds(), res.Objects)
 	}
 	if *noAgent {
 		return nil

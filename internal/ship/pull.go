@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
@@ -51,6 +52,10 @@ type PullResult struct {
 	FromGroup   uint64
 	Checkpoint  uint64 // the remote checkpoint's group (0: none)
 	BatchesRead int
+	// TreeTime is the time to read the head, checkpoint and batches and
+	// rebuild the tree; WriteTime to write the workspace directory
+	// (checkpoint and log, synced).
+	TreeTime, WriteTime time.Duration
 }
 
 // CorruptRemoteError reports a remote file whose bytes do not verify.
@@ -95,8 +100,9 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if !ok {
 		return res, fmt.Errorf("pull %s: %s holds no workspace %q (no %s): %w", opts.Name, st, opts.Name, HeadKey(opts.Name), ErrNotShipped)
 	}
+	t0 := time.Now()
 	tree, at, got, nb, err := restoreTree(ctx, st, opts.Name, h)
-	res.BytesGot, res.BatchesRead = got, nb
+	res.BytesGot, res.BatchesRead, res.TreeTime = got, nb, time.Since(t0)
 	if h.Checkpoint != nil {
 		res.Checkpoint = h.Checkpoint.Group
 	}
@@ -121,13 +127,16 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 		if opts.RemoteURL == "" {
 			return res, fmt.Errorf("pull %s: a lazy pull needs the remote's URL", opts.Name)
 		}
-		return res, writeWorkspace(opts, tree, at, func(tmp string) error {
+		t1 := time.Now()
+		err := writeWorkspace(opts, tree, at, func(tmp string) error {
 			fst := FetchState{Version: FetchStateVersion, Remote: opts.RemoteURL, Group: at, Objects: make([]string, 0, len(list))}
 			for _, id := range list {
 				fst.Objects = append(fst.Objects, id.String())
 			}
 			return writeFetchState(opts.FS, tmp, fst)
 		})
+		res.WriteTime = time.Since(t1)
+		return res, err
 	}
 	var fetched, fetchedBytes atomic.Int64
 	if err := parallel(ctx, opts.Parallel, list, func(ctx context.Context, id objid.ID) error {
