@@ -170,9 +170,9 @@ func (p *PrefetchProgress) Status() PrefetchStatus {
 		Done: p.done.Load(), Seconds: secs}
 }
 
-// Prefetch makes every object of the workspace's FetchState local
-// (pool.Fetch: a read fetching the same object at the same time shares
-// the fetch), retrying failed ones until ctx ends; then it syncs them all
+// Prefetch makes every object of the workspace's FetchState local and
+// verified (pool.Open with the pool's Fetcher: a read fetching the same
+// object at the same time shares the fetch), retrying failed ones until ctx ends; then it syncs them all
 // (SyncObjects) and removes FetchStateName durably, after which the
 // workspace is like any other. It returns nil when done or when the
 // workspace has no FetchState, ctx's error when stopped first, or the
@@ -213,11 +213,15 @@ func Prefetch(ctx context.Context, opts PrefetchOptions, prog *PrefetchProgress)
 		failedCh := make(chan objid.ID, len(todo))
 		prog.failed.Store(0)
 		err := parallel(ctx, opts.Parallel, todo, func(ctx context.Context, id objid.ID) error {
-			if ok, err := opts.Pool.Has(id); err == nil && ok {
-				prog.local.Add(1)
-				return nil
+			// Open, not a stat: it verifies an object already here
+			// (once per process), so one torn by a crash after an
+			// unsynced fetch is fetched again, and fetches a missing one
+			// (shared with a read of the same object).
+			f, err := opts.Pool.Open(id)
+			if err == nil {
+				err = f.Close()
 			}
-			if err := opts.Pool.Fetch(id); err != nil {
+			if err != nil {
 				prog.failed.Add(1)
 				failedCh <- id
 				return nil // logged by the pool; retried in the next pass

@@ -312,3 +312,41 @@ func FuzzFetchState(f *testing.F) {
 		}
 	})
 }
+
+// TestPrefetchHealsTorn: an object fetched on read but torn by a crash
+// before anything synced it (same size, wrong bytes) is fetched again by
+// the next process's prefetch, which then finishes.
+func TestPrefetchHealsTorn(t *testing.T) {
+	srv := s3test.Start(t)
+	_, st, _ := shipped(t, srv, "torn")
+	h := pullLazy(t, st)
+	fst, _, _ := ReadFetchState(vfs.Default, h.dir)
+	ids, _ := fst.IDs()
+	id := ids[0]
+	want, err := h.pool.ReadAll(id) // fetched on read, not synced
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := h.pool.Path(id)
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, make([]byte, len(want)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The next process.
+	p2, err := pool.Open(vfs.Default, filepath.Join(h.root, "pool"), pool.Options{Fetcher: &RemoteFetcher{Store: st}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Prefetch(context.Background(), PrefetchOptions{Dir: h.dir, Pool: p2}, nil); err != nil {
+		t.Fatalf("prefetch over a torn object: %v", err)
+	}
+	p3, err := pool.Open(vfs.Default, filepath.Join(h.root, "pool"), pool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p3.ReadAll(id); err != nil || string(got) != string(want) {
+		t.Fatalf("the torn object after the prefetch: %v", err)
+	}
+}
