@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -187,7 +190,8 @@ func TestLazyPull(t *testing.T) {
 
 	// Prefetch on (the default): everything becomes local, the fetch
 	// state goes, fsck is clean.
-	mntB, _ = mountWorkspace(t, &mountOpts{home: homeB, name: "ws", created: true})
+	optsB = &mountOpts{home: homeB, name: "ws", created: true, extraArgs: []string{"--metrics=127.0.0.1:0"}}
+	mntB, _ = mountWorkspace(t, optsB)
 	wsDir := hB.WorkspaceDir("ws")
 	if !waitFor(2*time.Minute, func() bool {
 		_, ok, _ := ship.ReadFetchState(vfs.Default, wsDir)
@@ -209,6 +213,26 @@ func TestLazyPull(t *testing.T) {
 	fsckOut = wsfsOutput(t, time.Minute, "fsck", "--home", homeB, "ws")
 	if strings.Contains(fsckOut, "not yet fetched") || strings.Contains(fsckOut, "DAMAGE") {
 		t.Errorf("fsck after the prefetch:\n%s", fsckOut)
+	}
+	// The metrics show the finished prefetch.
+	m := regexp.MustCompile(`addr=(http://127\.0\.0\.1:[0-9]+/metrics)`).FindStringSubmatch(optsB.daemonLog.String())
+	if m == nil {
+		t.Fatalf("no metrics address in the daemon log:\n%s", tail(optsB.daemonLog.String(), 2000))
+	}
+	client := http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`wsfs_prefetch_done{workspace="ws"} 1`, `wsfs_fetch_objects_total{workspace="ws"}`, `wsfs_prefetch_objects{workspace="ws"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }
 
