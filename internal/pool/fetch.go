@@ -139,6 +139,13 @@ var errNotLocal = fmt.Errorf("not in the local pool and no remote to fetch it fr
 
 // fetchOne does one fetch (fetch holds the object's slot).
 func (p *Pool) fetchOne(id ID, repair bool) error {
+	if !repair {
+		// Another caller's fetch may have finished between this caller's
+		// miss and its taking the slot.
+		if ok, err := p.Has(id); err != nil || ok {
+			return err
+		}
+	}
 	c := &p.fetchStats
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
