@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"wsfs/internal/host"
 	"wsfs/internal/objid"
+	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
 	"wsfs/internal/ship"
 	"wsfs/internal/vfs"
@@ -80,9 +82,9 @@ func TestLazyPull(t *testing.T) {
 		_, err := os.Stat(objPath(name))
 		return err == nil
 	}
-	bucketPath := func(name string) string {
-		return filepath.Join(srv.Dir, srv.Bucket, "lazy", "objects", objid.Sum(want[name]).String())
-	}
+	st := srv.Store(t, "lazy")
+	ctx := context.Background()
+	key := func(name string) string { return remote.ObjectKey(objid.Sum(want[name]).String()) }
 	out := wsfsOutput(t, time.Minute, "pull", "--home", homeB, "--no-agent-state", "ws")
 	t.Logf("pull: %s", strings.TrimSpace(out))
 	if !strings.Contains(out, "fetched on first read") {
@@ -94,15 +96,14 @@ func TestLazyPull(t *testing.T) {
 		}
 	}
 
-	// Corrupt s00's object in the bucket (the server's posix backend
-	// stores it as a file).
-	orig, err := os.ReadFile(bucketPath("s00"))
+	// Corrupt s00's object in the bucket (through the S3 API: any engine).
+	orig, err := st.Get(ctx, key("s00"))
 	if err != nil {
 		t.Fatalf("s00's object in the bucket: %v", err)
 	}
 	bad := bytes.Clone(orig)
 	bad[len(bad)/3] ^= 0x55
-	if err := os.WriteFile(bucketPath("s00"), bad, 0o644); err != nil {
+	if err := st.Put(ctx, key("s00"), bad); err != nil {
 		t.Fatal(err)
 	}
 
@@ -131,7 +132,7 @@ func TestLazyPull(t *testing.T) {
 		}
 	}
 	// The bucket repaired: the next read of s00 fetches the good copy.
-	if err := os.WriteFile(bucketPath("s00"), orig, 0o644); err != nil {
+	if err := st.Put(ctx, key("s00"), orig); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := os.ReadFile(filepath.Join(mntB, "s00")); err != nil || !bytes.Equal(got, want["s00"]) {
@@ -141,11 +142,11 @@ func TestLazyPull(t *testing.T) {
 	if local("s11") {
 		t.Error("s11's object is local although nothing read it and the prefetch is off")
 	}
-	st := wsfsOutput(t, time.Minute, "status", "--home", homeB)
-	if !strings.Contains(st, "fetch ws:") || !strings.Contains(st, "prefetch off") {
-		t.Errorf("status does not show the fetch progress:\n%s", st)
+	status := wsfsOutput(t, time.Minute, "status", "--home", homeB)
+	if !strings.Contains(status, "fetch ws:") || !strings.Contains(status, "prefetch off") {
+		t.Errorf("status does not show the fetch progress:\n%s", status)
 	}
-	t.Logf("status:\n%s", st)
+	t.Logf("status:\n%s", status)
 	fsckOut := wsfsOutput(t, time.Minute, "fsck", "--home", homeB, "ws")
 	if !strings.Contains(fsckOut, "not yet fetched") || strings.Contains(fsckOut, "DAMAGE") {
 		t.Errorf("fsck of a lazily pulled workspace:\n%s\nwant \"not yet fetched\" and no damage", fsckOut)
