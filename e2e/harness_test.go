@@ -127,6 +127,8 @@ type mountOpts struct {
 	// count it as a detection).
 	allowCorrupt bool
 	refused      string
+	// daemonLog is set by mountWorkspace: the daemon's output so far.
+	daemonLog *lockedBuffer
 }
 
 // daemon is one `wsfs mount` child process.
@@ -178,6 +180,7 @@ func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
 	args = append(args, opts.name, mnt)
 
 	d := &daemon{stderr: &lockedBuffer{}, done: make(chan struct{})}
+	opts.daemonLog = d.stderr
 	d.cmd = exec.Command(wsfsBin, args...)
 	d.cmd.Stdout = d.stderr
 	d.cmd.Stderr = d.stderr

@@ -103,6 +103,12 @@ type Server struct {
 	Dir      string // where it keeps its data (engine-specific layout; use the S3 API to reach objects)
 	proc     *os.Process
 	done     chan struct{} // closed when the process has exited
+	// For Restart: the command line (every port in it) and the log.
+	argv     []string
+	name     string
+	addr     string
+	logPath  string
+	restarts int
 }
 
 // Config is a remote.Config for the server's bucket with prefix.
@@ -118,6 +124,19 @@ func (s *Server) Store(t testing.TB, prefix string) *remote.S3 {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// Restart starts the server again after Stop with the same command line
+// (address, ports, data), for tests of a remote that comes back. It fails
+// t if the server does not accept connections again.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.restarts++
+	n, err := startProc(exec.Command(s.argv[0], s.argv[1:]...), s.name, s.addr, s.Dir, fmt.Sprintf("%s.restart-%d", s.logPath, s.restarts))
+	if err != nil {
+		t.Fatalf("restart %s: %v", s.name, err)
+	}
+	s.proc, s.done = n.proc, n.done
 }
 
 // Stop kills the server (tests of an unreachable remote); Cleanup also
@@ -259,7 +278,7 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("start %s: %v", e.name, lastErr)
 	}
 	s.Engine = e.name
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { s.Stop() })
 	s.Bucket = bucket
 	st, err := remote.OpenS3(context.Background(), s.Config(""))
 	if err != nil {
@@ -403,7 +422,8 @@ func startProc(cmd *exec.Cmd, name, addr, data, logPath string) (*Server, error)
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return &Server{Endpoint: "http://" + addr, Dir: data, proc: cmd.Process, done: done}, nil
+			return &Server{Endpoint: "http://" + addr, Dir: data, proc: cmd.Process, done: done,
+				argv: cmd.Args, name: name, addr: addr, logPath: logPath}, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
