@@ -213,6 +213,14 @@ type Workspace struct {
 	shift uint8 // log2(opts.ChunkSize): new chunked contents use it
 
 	renameMu sync.Mutex
+	// gate is read-locked by every operation that reads or changes the
+	// live tree (all but reads of open handles and waits for commits), and
+	// write-locked by ReplaceTree (online restore) and Close: while it is
+	// held no operation is in flight, so the tree can be swapped whole.
+	gate sync.RWMutex
+	// staleBelow: after ReplaceTree, every inode number below it belongs
+	// to a replaced tree (ESTALE); 0 before the first ReplaceTree.
+	staleBelow atomic.Uint64
 
 	// Owned by the committer's flusher goroutine (OnCommit) after Open,
 	// and by Close once the flusher has exited.
@@ -231,6 +239,11 @@ type Workspace struct {
 		running bool            // a checkpoint write is in flight
 		done    chan ckptResult // its result (capacity 1)
 	}
+	// ckptMu serializes checkpoint writes; ckptEpoch (changed under it and
+	// shadowMu) counts tree replacements, so that a background checkpoint
+	// of a replaced shadow is not written over ReplaceTree's.
+	ckptMu    sync.Mutex
+	ckptEpoch uint64
 
 	// The manifest root the checkpoint read at Open named (fork, restore),
 	// whose manifests ForEachObject also lists; set only by Open.
@@ -509,8 +522,9 @@ func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 
 // ckptResult is the outcome of a checkpoint write.
 type ckptResult struct {
-	group uint64
-	err   error
+	group      uint64
+	err        error
+	superseded bool // not written: ReplaceTree wrote a newer tree meanwhile
 }
 
 // startCheckpoint encodes the shadow (in memory, on the flusher) and writes
@@ -519,9 +533,16 @@ type ckptResult struct {
 func (w *Workspace) startCheckpoint(group uint64) {
 	w.sinceCkpt = 0
 	payload := w.shadow.EncodeCheckpoint()
+	epoch := w.ckptEpoch // under shadowMu (onCommit holds it)
 	w.ckpt.running = true
 	go func() {
-		w.ckpt.done <- ckptResult{group, seglog.WriteCheckpoint(w.fs, w.ckptDir(), group, payload)}
+		w.ckptMu.Lock()
+		defer w.ckptMu.Unlock()
+		if epoch != w.ckptEpoch {
+			w.ckpt.done <- ckptResult{group: group, superseded: true}
+			return
+		}
+		w.ckpt.done <- ckptResult{group: group, err: seglog.WriteCheckpoint(w.fs, w.ckptDir(), group, payload)}
 	}()
 }
 
@@ -544,6 +565,9 @@ func (w *Workspace) reapCheckpoint(wait bool) {
 		}
 	}
 	w.ckpt.running = false
+	if res.superseded {
+		return
+	}
 	if res.err != nil {
 		w.lg.Error("checkpoint failed; the log keeps growing until one succeeds", "group", res.group, "err", res.err)
 		w.ckptErr.Store(&res.err)
@@ -632,6 +656,8 @@ func (w *Workspace) record(rec *namespace.Record, objs []objid.ID, persist bool)
 // the workspace lock. Nothing unsynced is reported as written: a commit
 // failure is returned.
 func (w *Workspace) Close() error {
+	w.gate.Lock()
+	defer w.gate.Unlock()
 	w.closeMu.Lock()
 	defer w.closeMu.Unlock()
 	if w.closeMu.done {
@@ -674,6 +700,8 @@ func (w *Workspace) Close() error {
 
 // Stats returns a snapshot of the workspace's commit state.
 func (w *Workspace) Stats() Stats {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	cs := w.com.Stats()
 	s := Stats{CommittedGroup: cs.LastGroup, CommittedAt: cs.LastCommit, Pending: cs.Pending,
 		Failed: cs.Failed, Stalled: cs.Stalled, Inodes: w.tree.Len(), CheckpointGroup: w.ckptGrp.Load(),
@@ -700,14 +728,17 @@ func (w *Workspace) Sync() error {
 // every operation completed before the call is durable (fsync of a
 // directory or of a file; EIO on failure, never a false success).
 func (w *Workspace) Fsync(ino Ino) error {
+	w.gate.RLock()
 	n, err := w.lock1(ino)
 	if err != nil {
+		w.gate.RUnlock()
 		return wsErr("fsync", ino, "", err)
 	}
 	if lv := liveOf(n); lv != nil && lv.dirty != nil {
 		err = w.flushLocked(n)
 	}
 	n.Mu.Unlock()
+	w.gate.RUnlock()
 	if err != nil {
 		return wsErr("fsync", ino, "", err)
 	}
@@ -734,6 +765,8 @@ func (w *Workspace) StatFS() (vfs.StatFS, error) {
 // form (chunked contents are read). Dirty unflushed content is not
 // included. It needs the workspace to be still (tests, the crash oracle).
 func (w *Workspace) Dump() []namespace.DumpEntry {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	return w.tree.Dump(w.contentID)
 }
 
@@ -776,6 +809,8 @@ func (w *Workspace) contentID(n *namespace.Inode) objid.ID {
 // (fork, restore) also lists that tree's manifests and contents, which the
 // checkpoint still needs until a newer one replaces it.
 func (w *Workspace) ForEachObject(fn func(objid.ID)) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
 		c := n.Content
