@@ -19,6 +19,11 @@
 //
 // Locks are taken in this order, and never the other way round:
 //
+//  0. Workspace.gate: read-locked for the whole of every operation that
+//     reads or changes the live tree (never twice by one goroutine: an
+//     operation does not call another one), write-locked by ReplaceTree
+//     (online restore, restore.go) and Close. Reads through an open
+//     handle and waits for a commit do not take it.
 //  1. Workspace.renameMu: only by renames whose two directories differ
 //     (like the kernel's s_vfs_rename_mutex). Directory Parent fields change
 //     only under it, so the "not into its own subtree" walk is safe.
