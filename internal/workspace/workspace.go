@@ -238,9 +238,12 @@ type Workspace struct {
 	// shadow, for DurableManifest; nil until its first call.
 	snapCache *manifest.Cache
 	snapMu    sync.Mutex // serializes DurableManifest
-	sinceCkpt int64
-	shadowErr error
-	ckpt      struct {
+	// protectedAt (guarded by snapMu) is when DurableManifest last put or
+	// protected each directory manifest of its previous build.
+	protectedAt map[objid.ID]time.Time
+	sinceCkpt   int64
+	shadowErr   error
+	ckpt        struct {
 		running bool            // a checkpoint write is in flight
 		done    chan ckptResult // its result (capacity 1)
 	}
