@@ -40,3 +40,13 @@ func (t *Tree) Renumber(base Ino) *Tree {
 	}
 	return out
 }
+
+// RaiseNextIno makes the next inode number at least n.
+func (t *Tree) RaiseNextIno(n Ino) {
+	for {
+		next := t.nextIno.Load()
+		if uint64(n) <= next || t.nextIno.CompareAndSwap(next, uint64(n)) {
+			return
+		}
+	}
+}

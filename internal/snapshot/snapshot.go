@@ -290,9 +290,10 @@ func ForEachObject(fsys vfs.FS, wsDir string, p *pool.Pool, fn func(objid.ID)) e
 // committed it takes the undo snapshot (returned as before: it contains
 // every operation completed before the call), then calls also (if not
 // nil; the daemon restores the agent state there, an error aborts the
-// restore with only the undo snapshot taken), then publishes the
-// snapshot's tree, renumbered above every inode number in use, as the
-// checkpoint of the last committed group. The returned Restored tells the
+// restore with only the undo snapshot taken), then publishes a manifest
+// reference to the snapshot's tree, renumbered above every inode number
+// in use (manifest.EncodeRefBase), as the checkpoint of the last
+// committed group. The returned Restored tells the
 // FUSE adapter what to invalidate.
 func RestoreServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Pool, id uint64, now time.Time, also func(before, target Info) error) (before, target Info, r workspace.Restored, err error) {
 	target, err = Get(fsys, wsDir, id)
@@ -303,7 +304,7 @@ func RestoreServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.P
 	if err != nil {
 		return Info{}, Info{}, r, fmt.Errorf("snapshot: restore %d: %w", id, err)
 	}
-	r, err = w.ReplaceTree(t, func() error {
+	r, err = w.ReplaceTree(t, target.Root, func() error {
 		var err error
 		if before, _, err = CreateServing(w, fsys, wsDir, p, fmt.Sprintf("before restore to %d", id), now); err != nil {
 			return err

@@ -6,7 +6,9 @@ import (
 	"sort"
 	"syscall"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
+	"wsfs/internal/objid"
 	"wsfs/internal/seglog"
 )
 
@@ -28,9 +30,13 @@ import (
 //     ESTALE in every operation, instead of ENOENT. Writes are never
 //     redirected to the old file silently.
 //   - The replacement is durable before ReplaceTree returns: a checkpoint
-//     (namespace encoding of the renumbered tree) of the last committed
-//     group G replaces any checkpoint of G; recovery replays the groups
-//     after G onto it. A background checkpoint of the old shadow that is
+//     of the last committed group G replaces any checkpoint of G; it is a
+//     manifest reference (version 2: the snapshot's root and the inode
+//     base, manifest.EncodeRefBase), so its size and cost do not depend on
+//     the tree; recovery loads and renumbers the same tree and replays
+//     the groups after G onto it. Until a later checkpoint replaces it,
+//     ForEachObject lists that root's manifests (GC keeps them even if the
+//     snapshot is removed). A background checkpoint of the old shadow that is
 //     still in flight is not written afterwards (ckptEpoch). If that
 //     checkpoint write fails, the workspace fails (EIO for every later
 //     change until a remount), because the durable state may then be
@@ -48,6 +54,11 @@ type Restored struct {
 	// directory the two trees share), sorted, without duplicates.
 	RootNames []string
 }
+
+// renumberSlack is the room ReplaceTree leaves above the next inode
+// number when it renumbers the new tree before holding operations up
+// (inode numbers are 64 bits; a gap costs nothing).
+const renumberSlack = 1 << 20
 
 // errStaleIno: an inode number of a replaced tree.
 var errStaleIno = syscall.ESTALE
@@ -67,21 +78,29 @@ func isStale(n *namespace.Inode) bool {
 	return lv != nil && lv.stale
 }
 
-// ReplaceTree replaces the live tree with t (a still tree the caller
-// gives up, e.g. loaded from a snapshot's manifests; its inode numbers are
-// changed) while the workspace serves; see the invariants above. prepare,
+// ReplaceTree replaces the live tree with t, the tree of manifest root
+// root as manifest.LoadTree returned it (the caller gives it up; its inode
+// numbers are changed), while the workspace serves; see the invariants above. prepare,
 // if not nil, runs once no operation is in flight and everything is
 // committed, before anything changes (the caller takes the undo snapshot
 // there, and restores state kept beside the tree); its error aborts the
 // replacement. Operations wait for the whole call.
-func (w *Workspace) ReplaceTree(t *namespace.Tree, prepare func() error) (Restored, error) {
+func (w *Workspace) ReplaceTree(t *namespace.Tree, root objid.ID, prepare func() error) (Restored, error) {
+	if t.Get(namespace.RootIno) == nil {
+		return Restored{}, wsErr("restore", 0, "", errors.New("the new tree has no root"))
+	}
+	// Renumber (and copy for the shadow) before holding operations up:
+	// the base leaves room for the inodes created meanwhile, and is
+	// checked (and the work redone) under the gate.
+	w.gate.RLock()
+	base := w.tree.NextIno() + renumberSlack
+	w.gate.RUnlock()
+	nt := t.Renumber(base)
+	shadow := nt.Clone()
 	w.gate.Lock()
 	defer w.gate.Unlock()
 	if err := w.usable(); err != nil {
 		return Restored{}, wsErr("restore", 0, "", err)
-	}
-	if t.Get(namespace.RootIno) == nil {
-		return Restored{}, wsErr("restore", 0, "", errors.New("the new tree has no root"))
 	}
 	// Publish dirty content (as Close does), then commit everything.
 	var errs []error
@@ -105,10 +124,12 @@ func (w *Workspace) ReplaceTree(t *namespace.Tree, prepare func() error) (Restor
 			return Restored{}, err
 		}
 	}
-	base := w.tree.NextIno()
-	nt := t.Renumber(base)
-	payload := nt.EncodeCheckpoint()
-	shadow := nt.Clone()
+	if next := w.tree.NextIno(); next > base {
+		base = next
+		nt = t.Renumber(base)
+		shadow = nt.Clone()
+	}
+	payload := manifest.EncodeRefBase(root, uint64(nt.NextIno()), uint64(base))
 
 	w.shadowMu.Lock()
 	group := w.shadowGroup
@@ -166,5 +187,6 @@ func (w *Workspace) ReplaceTree(t *namespace.Tree, prepare func() error) (Restor
 	sort.Slice(r.Known, func(i, j int) bool { return r.Known[i] < r.Known[j] })
 	w.tree = nt
 	w.staleBelow.Store(uint64(base))
+	w.manifestRoot, w.hasManifestRoot = root, true
 	return r, nil
 }

@@ -254,7 +254,8 @@ type Workspace struct {
 	ckptEpoch uint64
 
 	// The manifest root the checkpoint read at Open named (fork, restore),
-	// whose manifests ForEachObject also lists; set only by Open.
+	// or the one ReplaceTree published, whose manifests ForEachObject also
+	// lists; set by Open and by ReplaceTree (under the gate).
 	manifestRoot    objid.ID
 	hasManifestRoot bool
 
