@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -242,4 +243,31 @@ func BenchmarkRestoreServing(b *testing.B) {
 		held += time.Since(start)
 	}
 	b.ReportMetric(float64(held.Microseconds())/1000/float64(i), "after-undo-held-ms")
+}
+
+// BenchmarkDiffServingAfter10Changes: an online diff (the daemon's
+// `wsfs diff NAME@A` against the live tree) of the benchmark workspace
+// after 10 files changed since snapshot A, the cache warm (what every
+// diff after the daemon's first snapshot or diff costs).
+func BenchmarkDiffServingAfter10Changes(b *testing.B) {
+	e, w, _ := benchWorkspace(b)
+	in, _, err := CreateServing(w, vfs.Default, e.wsDir("w"), e.pool, "", time.Now())
+	noErr(b, err)
+	tops := must[[]workspace.DirEntry](b)(w.ReadDir(workspace.RootIno))
+	for k := 0; k < 10; k++ {
+		writeFile(b, w, tops[k%len(tops)].Ino, "diffed.go", []byte(fmt.Sprint("changed ", k)))
+	}
+	var took []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		cs, err := DiffServing(w, e.pool, in)
+		took = append(took, time.Since(start))
+		noErr(b, err)
+		if len(cs) == 0 {
+			b.Fatal("no changes")
+		}
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 }
