@@ -271,3 +271,75 @@ func BenchmarkDiffServingAfter10Changes(b *testing.B) {
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// TestCrashRestoreServing crashes at every sync/rename boundary of an
+// online restore (the workspace open and serving) and of a write after
+// it. After recovery the workspace opens and is either the state the
+// restore replaced or the snapshot (inode numbers aside); once the restore
+// returned, always the snapshot, with the undo snapshot in the catalog
+// equal to the replaced state; once the later write's fsync returned, the
+// snapshot plus that write.
+func TestCrashRestoreServing(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	e := newEnv(t, mem, "/host")
+	w := e.open("w")
+	defer w.Close()
+	writeFile(t, w, workspace.RootIno, "f", []byte("old"))
+	in, _, err := CreateServing(w, e.fs, e.wsDir("w"), e.pool, "", time.Now())
+	noErr(t, err)
+	target := noIno(viewOfSnapshot(t, e.pool, in))
+	writeFile(t, w, workspace.RootIno, "f", []byte("new"))
+	writeFile(t, w, workspace.RootIno, "g", []byte("added"))
+	current := noIno(viewOfWorkspace(t, e.pool, w))
+	var acked atomic.Int64
+	var points []crashPoint
+	record(mem, &acked, &points)
+	_, _, _, err = RestoreServing(w, e.fs, e.wsDir("w"), e.pool, in.ID, time.Now(), nil)
+	noErr(t, err)
+	acked.Add(1)
+	writeFile(t, w, workspace.RootIno, "after", []byte("after the restore"))
+	noErr(t, w.Sync())
+	acked.Add(1)
+	mem.SetHook(nil)
+	points = append(points, crashPoint{fs: mem.CrashClone(), acked: 2, what: "after the write"})
+	later := view{}
+	for p, x := range target {
+		later[p] = x
+	}
+	later["/after"] = ventry{typ: 'f', perm: 0o644, uid: me.Uid, data: "after the restore"}
+	violations := 0
+	for _, pt := range points {
+		r := recovered(t, pt.fs)
+		rw, err := workspace.Open(r.opts("w"))
+		if err != nil {
+			t.Errorf("at %s: workspace does not open: %v", pt.what, err)
+			violations++
+			continue
+		}
+		got := noIno(viewOfWorkspace(t, r.pool, rw))
+		noErr(t, rw.Close())
+		isCurrent := diffViews(current, got) == ""
+		isTarget := diffViews(target, got) == ""
+		isLater := diffViews(later, got) == ""
+		switch {
+		case pt.acked >= 2 && !isLater:
+			t.Errorf("at %s: the write after the restore was synced, workspace differs:\n%s", pt.what, diffViews(later, got))
+			violations++
+		case pt.acked == 1 && !isTarget && !isLater:
+			t.Errorf("at %s: restore acknowledged, workspace is not the snapshot:\n%s", pt.what, diffViews(target, got))
+			violations++
+		case !isCurrent && !isTarget && !isLater:
+			t.Errorf("at %s: workspace is neither the old state nor the snapshot:\n%s", pt.what, diffViews(target, got))
+			violations++
+		}
+		if !isCurrent {
+			all, err := List(r.fs, r.wsDir("w"))
+			noErr(t, err)
+			if len(all) != 2 || diffViews(current, noIno(viewOfSnapshot(t, r.pool, all[1]))) != "" {
+				t.Errorf("at %s: restored, but the undo snapshot is missing or wrong (%d snapshots)", pt.what, len(all))
+				violations++
+			}
+		}
+	}
+	t.Logf("crash points: %d, violations: %d", len(points), violations)
+}
