@@ -26,6 +26,7 @@ import (
 	"wsfs/internal/host"
 	"wsfs/internal/metrics"
 	"wsfs/internal/pool"
+	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -59,6 +60,11 @@ type Config struct {
 	NoPrefetch       bool
 	PrefetchParallel int
 	FetchTimeout     time.Duration
+
+	// RestoreAgent, if set, restores the agent state database at the
+	// moment of an online restore (see ControlHooks.RestoreAgent); nil:
+	// an online restore returns the files only.
+	RestoreAgent func(before, target snapshot.Info) error
 }
 
 // OpenError wraps a failure to open (recover) the workspace, so that the
@@ -160,8 +166,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer ms.Close()
 		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
 	}
-	// `wsfs snapshot create` reaches this daemon through it.
-	stopControl, err := StartControl(ws, h.WorkspaceDir(name), p, lg)
+	// `wsfs snapshot create`, `wsfs restore` and `wsfs diff` reach this
+	// daemon through it.
+	stopControl, err := StartControl(ws, h.WorkspaceDir(name), p, lg, ControlHooks{
+		Invalidate: srv.InvalidateRestored, RestoreAgent: cfg.RestoreAgent,
+	})
 	if err != nil {
 		return err
 	}

@@ -348,6 +348,43 @@ func FuzzDecodeDir(f *testing.F) {
 // normalize maps empty and nil slices together for comparison.
 func normalize(v any) string { return fmt.Sprintf("%v", v) }
 
+func TestRefV2Golden(t *testing.T) {
+	b := EncodeRefBase(objid.Sum([]byte("root")), 12345, 1000)
+	path := filepath.Join("testdata", "ref-v2.golden")
+	if *update {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatal("manifest reference v2 encoding changed")
+	}
+	root, next, base, err := DecodeRefBase(want)
+	if err != nil || root != objid.Sum([]byte("root")) || next != 12345 || base != 1000 || !IsRef(want) {
+		t.Fatalf("decode: %v %d %d %v", root, next, base, err)
+	}
+	// Version 1 decodes with base 0; base 0 encodes as version 1.
+	v1, err := os.ReadFile(filepath.Join("testdata", "ref-v1.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, base, err := DecodeRefBase(v1); err != nil || base != 0 {
+		t.Fatalf("v1 through DecodeRefBase: base %d, %v", base, err)
+	}
+	if !bytes.Equal(EncodeRefBase(objid.Sum([]byte("root")), 12345, 0), v1) {
+		t.Fatal("EncodeRefBase with base 0 is not version 1")
+	}
+	for _, bad := range [][]byte{want[:len(want)-1], append(bytes.Clone(want), 0), EncodeRefBase(objid.ID{}, 3, 1)} {
+		if _, _, _, err := DecodeRefBase(bad); !errors.Is(err, ErrBadManifest) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
 func TestRefGolden(t *testing.T) {
 	b := EncodeRef(objid.Sum([]byte("root")), 12345)
 	path := filepath.Join("testdata", "ref-v1.golden")

@@ -57,6 +57,8 @@ type Handle struct {
 // OpenFile opens a regular file. O_TRUNC (with write access) truncates it
 // to zero at once (a content change); O_APPEND makes WriteAt write at EOF.
 func (w *Workspace) OpenFile(ino Ino, flags int) (*Handle, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	n, err := w.lock1(ino)
 	if err != nil {
 		return nil, wsErr("open", ino, "", err)
@@ -94,6 +96,10 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 	if h.released {
 		n.Mu.Unlock()
 		return 0, wsErr("read", ino, "", syscall.EBADF)
+	}
+	if isStale(n) {
+		n.Mu.Unlock()
+		return 0, wsErr("read", ino, "", syscall.ESTALE)
 	}
 	if n.IsDir() {
 		n.Mu.Unlock()
@@ -218,6 +224,8 @@ func (w *Workspace) objectLocked(ino namespace.Ino, lv *live, id objid.ID) (*obj
 // WriteAt writes p at off (at EOF with O_APPEND) into the inode's dirty
 // content, copying published content first (copy-on-write).
 func (h *Handle) WriteAt(p []byte, off int64) (int, error) {
+	h.w.gate.RLock()
+	defer h.w.gate.RUnlock()
 	n := h.n
 	ino := Ino(n.Ino)
 	if !h.writable {
@@ -230,6 +238,9 @@ func (h *Handle) WriteAt(p []byte, off int64) (int, error) {
 	defer n.Mu.Unlock()
 	if h.released {
 		return 0, wsErr("write", ino, "", syscall.EBADF)
+	}
+	if isStale(n) {
+		return 0, wsErr("write", ino, "", syscall.ESTALE)
 	}
 	if err := h.w.usable(); err != nil {
 		return 0, wsErr("write", ino, "", err)
@@ -468,9 +479,14 @@ func (w *Workspace) dropContentLocked(n *namespace.Inode, closeObj bool) {
 // (close(2) semantics: durable within one commit window). It does not
 // wait for the commit.
 func (h *Handle) Flush() error {
+	h.w.gate.RLock()
+	defer h.w.gate.RUnlock()
 	n := h.n
 	n.Mu.Lock()
 	defer n.Mu.Unlock()
+	if isStale(n) {
+		return wsErr("flush", Ino(n.Ino), "", syscall.ESTALE)
+	}
 	return wsErr("flush", Ino(n.Ino), "", h.w.flushLocked(n))
 }
 
@@ -488,6 +504,8 @@ func (h *Handle) Fsync(datasync bool) error {
 // content is flushed (the kernel normally flushed already) and the cached
 // object file closed; an orphan with no handles and no lookups disappears.
 func (h *Handle) Release() error {
+	h.w.gate.RLock()
+	defer h.w.gate.RUnlock()
 	n := h.n
 	n.Mu.Lock()
 	defer n.Mu.Unlock()
@@ -520,7 +538,7 @@ func (h *Handle) ObjectFile() (vfs.File, bool) {
 	}
 	n := h.n
 	n.Mu.Lock()
-	if lv := liveOf(n); h.released || !n.Content.IsObject || n.Content.Ranges != nil || (lv != nil && lv.dirty != nil) {
+	if lv := liveOf(n); h.released || isStale(n) || !n.Content.IsObject || n.Content.Ranges != nil || (lv != nil && lv.dirty != nil) {
 		n.Mu.Unlock()
 		return nil, false
 	}
