@@ -145,7 +145,9 @@ func TestLifecycleSnapshotForkDiffRestore(t *testing.T) {
 	stopGit := sync.OnceFunc(func() { close(gitStop); gitWG.Wait() })
 	t.Cleanup(stopGit)
 
-	waitFor(t, "3 git commits and 50 agent transactions", func() bool { return iter.Load() >= 3 && committed.Load() >= 50 })
+	if !waitFor(time.Minute, func() bool { return iter.Load() >= 3 && committed.Load() >= 50 }) {
+		t.Fatalf("not 3 git commits and 50 agent transactions within a minute (%d, %d)", iter.Load(), committed.Load())
+	}
 
 	// The snapshot, through the daemon, between two git commits and in
 	// the middle of the agent's transactions.
@@ -162,7 +164,9 @@ func TestLifecycleSnapshotForkDiffRestore(t *testing.T) {
 	if !strings.Contains(out, "ws@1\n") || !strings.Contains(out, "through the daemon") || !strings.Contains(out, "agent state ") {
 		t.Fatalf("snapshot create:\n%s", out)
 	}
-	waitFor(t, "2 more git commits after the snapshot", func() bool { return iter.Load() >= 5 })
+	if !waitFor(time.Minute, func() bool { return iter.Load() >= 5 }) {
+		t.Fatalf("not 2 more git commits after the snapshot within a minute (%d)", iter.Load())
+	}
 	stopGit()
 	stopAgent()
 	agentLater := committed.Load()
@@ -248,11 +252,27 @@ func TestLifecycleSnapshotForkDiffRestore(t *testing.T) {
 		if !strings.Contains(stat, `"added":`) {
 			t.Errorf("diff --stat --json: %s", stat)
 		}
-		fstop(false)
 		frows := agentRows(t, fdb)
 		if len(frows) != len(snapRows)+1 || frows[len(frows)-1] != fmt.Sprintf("%d only in %s", 1_000_000+i, f) {
 			t.Errorf("fork %s's agent state after its change: %d rows, last %q", f, len(frows), frows[len(frows)-1])
 		}
+		if f == "f1" {
+			// Online restore (the daemon serves f1): files and agent
+			// state back to f1@1 together.
+			out := wsfs("restore", "--home", home, "f1@1")
+			if !strings.Contains(out, "through the daemon") || !strings.Contains(out, "files and agent state") {
+				t.Fatalf("online restore:\n%s", out)
+			}
+			if got := agentRows(t, fdb); !slices.Equal(got, snapRows) {
+				t.Errorf("f1's agent state after the online restore: %d rows, want the snapshot's %d", len(got), len(snapRows))
+			}
+			if _, err := os.Stat(filepath.Join(fmnt, "f1-only.txt")); !os.IsNotExist(err) {
+				t.Errorf("f1-only.txt after the online restore: %v", err)
+			}
+			// Back to f1@2 (the undo snapshot is f1@3) for the checks below.
+			wsfs("restore", "--home", home, "f1@2")
+		}
+		fstop(false)
 	}
 
 	// Restore the original (offline: stop its daemon first).
@@ -412,17 +432,5 @@ func writeFileT(t *testing.T, p, s string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// waitFor polls cond for up to a minute (a bound on a hang).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: not within a minute", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

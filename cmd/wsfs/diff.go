@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
+	"wsfs/internal/daemon"
 	"wsfs/internal/manifest"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
@@ -35,7 +37,9 @@ var changeOps = map[byte]string{manifest.Added: "added", manifest.Removed: "remo
 func runDiff(ctx context.Context, g *globals, args []string) error {
 	flags := newFlagSet(g, "diff", "NAME@A [NAME@B]", `
 Prints what changed from snapshot A to snapshot B, or to the workspace's
-durable state when B is omitted (then no daemon may serve NAME, for now).
+durable state when B is omitted (every operation completed before the
+command; when a daemon serves NAME, the daemon compares with its live
+tree through its control socket).
 One line per path, in path order:
 
   A path            added (a directory's whole subtree is listed)
@@ -84,7 +88,16 @@ that of the changes, not of the tree.`)
 		if changes, err = snapshot.Diff(p, ia, ib); err != nil {
 			return classifyOpenError(name, err)
 		}
-	} else if changes, err = snapshot.DiffLive(offlineOptions(h, p, name, g.stderr), ia); err != nil {
+	} else if changes, err = snapshot.DiffLive(offlineOptions(h, p, name, g.stderr), ia); errors.Is(err, vfs.ErrLocked) {
+		rep, rerr := daemon.RequestDiff(ctx, dir, a)
+		if errors.Is(rerr, daemon.ErrNoControl) {
+			return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, err)}
+		}
+		if rerr != nil {
+			return rerr
+		}
+		changes = rep.Changes
+	} else if err != nil {
 		return offlineError("wsfs diff", name, err)
 	}
 	switch {

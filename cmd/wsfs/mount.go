@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"wsfs/internal/commit"
 	"wsfs/internal/daemon"
@@ -50,6 +51,9 @@ first); fsync returns once everything before it is durable.`)
 	attrTimeout := flags.Duration("attr-timeout", fusefs.DefaultTimeout, "how long the kernel caches attributes")
 	readyFile := flags.String("ready-file", "", "create this file once the mount is live (for scripts and supervisors); removed at exit")
 	logLevel := flags.String("log-level", "info", "debug, info, warn or error")
+	prefetch := flags.Bool("prefetch", true, "for a workspace pulled lazily (wsfs pull): fetch its contents from the remote in the background (false: only when read; also the host config's remote.no_prefetch)")
+	prefetchParallel := flags.Int("prefetch-parallel", 4, "concurrent fetches of the background prefetch")
+	fetchTimeout := flags.Duration("fetch-timeout", time.Minute, "bound on one fetch of a not-yet-local object from the remote (a read past it fails with EIO)")
 	debugFUSE := flags.Bool("debug-fuse", false, "log every FUSE request (very verbose)")
 	cpuProfile := flags.String("cpuprofile", "", "diagnostic: write a pprof CPU profile of the daemon to FILE at a clean exit (default: $WSFS_CPUPROFILE_DIR/NAME-PID.pprof if that variable is set)")
 	if err := parseFlags(flags, args); err != nil {
@@ -68,6 +72,9 @@ first); fsync returns once everything before it is durable.`)
 	}
 	if *groupRecords < 1 || *groupWindow <= 0 {
 		return usageError{"--group-records and --group-window must be positive"}
+	}
+	if *prefetchParallel < 1 || *fetchTimeout <= 0 {
+		return usageError{"--prefetch-parallel and --fetch-timeout must be positive"}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -121,6 +128,7 @@ first); fsync returns once everything before it is durable.`)
 		EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout,
 		Passthrough: *passthrough, Writeback: *writeback, DebugFUSE: *debugFUSE,
 		MetricsAddr: *metricsAddr, ReadyFile: *readyFile, Logger: lg,
+		NoPrefetch: !*prefetch, PrefetchParallel: *prefetchParallel, FetchTimeout: *fetchTimeout,
 		Serving: func(mp string) { fmt.Fprintf(g.stderr, "wsfs: serving %s at %s\n", name, mp) },
 	})
 	var oe *daemon.OpenError

@@ -221,7 +221,7 @@ func TestSnapshotCreateThroughDaemon(t *testing.T) {
 	defer w.Close()
 	h, _ := host.Open(home)
 	p, _ := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
-	stop, err := daemon.StartControl(w, h.WorkspaceDir("ws"), p, slog.New(slog.DiscardHandler))
+	stop, err := daemon.StartControl(w, h.WorkspaceDir("ws"), p, slog.New(slog.DiscardHandler), daemon.ControlHooks{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
@@ -50,30 +51,51 @@ func ControlSocketPath(wsDir string) string {
 }
 
 type controlRequest struct {
-	Op    string `json:"op"`
-	Label string `json:"label"`
+	Op    string `json:"op"` // snapshot, restore, diff
+	Label string `json:"label,omitempty"`
+	ID    uint64 `json:"id,omitempty"` // restore, diff: the snapshot
 }
 
-// ControlReply is the daemon's answer to a snapshot request: the snapshot
-// taken (ID, the committed group it holds, its manifest root and what the
-// build wrote), or Error.
+// ControlReply is the daemon's answer: for a snapshot, the snapshot taken
+// (ID, the committed group it holds, its manifest root and what the build
+// wrote); for a restore, the snapshot restored (ID), the undo snapshot
+// taken first (Before) and the checkpoint group; for a diff, the changes
+// from the snapshot to the live tree. Error if it failed; Warning if it
+// succeeded with a problem the caller should hear about.
 type ControlReply struct {
-	Error   string `json:"error,omitempty"`
-	ID      uint64 `json:"id,omitempty"`
-	Group   uint64 `json:"group,omitempty"`
-	Root    string `json:"root,omitempty"`
-	Dirs    int    `json:"dirs,omitempty"`
-	Entries int    `json:"entries,omitempty"`
-	Bytes   int    `json:"bytes,omitempty"`
-	// AgentBytes is the size of the agent state copy it records (0: none).
+	Error   string            `json:"error,omitempty"`
+	Warning string            `json:"warning,omitempty"`
+	ID      uint64            `json:"id,omitempty"`
+	Before  uint64            `json:"before,omitempty"`
+	Group   uint64            `json:"group,omitempty"`
+	Root    string            `json:"root,omitempty"`
+	Dirs    int               `json:"dirs,omitempty"`
+	Entries int               `json:"entries,omitempty"`
+	Bytes   int               `json:"bytes,omitempty"`
+	Changes []manifest.Change `json:"changes,omitempty"`
+	// AgentBytes is the size of the agent state copy a snapshot records
+	// (0: none).
 	AgentBytes uint64 `json:"agent_bytes,omitempty"`
+}
+
+// ControlHooks connect the control socket to the rest of the daemon.
+type ControlHooks struct {
+	// Invalidate drops the kernel's caches of a tree an online restore
+	// replaced (the mount's fusefs.Server.InvalidateRestored); nil when
+	// nothing is mounted.
+	Invalidate func(workspace.Restored) error
+	// RestoreAgent, if set, is called at the moment of an online restore,
+	// after snapshot.RestoreServing took the undo snapshot and set the
+	// agent state database to the snapshot's copy, while file operations
+	// are held up; its error aborts the restore.
+	RestoreAgent func(before, target snapshot.Info) error
 }
 
 // StartControl serves the control socket of the workspace in
 // wsDir for ws until the returned stop is called (stop waits for a
 // snapshot in progress). The caller holds the workspace lock, so a socket
 // file left behind is a dead daemon's and is replaced.
-func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.Logger) (stop func(), err error) {
+func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.Logger, hooks ControlHooks) (stop func(), err error) {
 	path := ControlSocketPath(wsDir)
 	if !strings.HasPrefix(path, "@") {
 		if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -91,7 +113,7 @@ func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.
 			return nil, fmt.Errorf("control socket %s: %w", path, err)
 		}
 	}
-	var mu sync.Mutex // one snapshot at a time
+	var mu sync.Mutex // one snapshot, restore or diff at a time
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -119,25 +141,10 @@ func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.
 					rep.Error = "read request: " + err.Error()
 				case json.Unmarshal(line, &req) != nil:
 					rep.Error = "malformed request"
-				case req.Op != "snapshot":
-					rep.Error = fmt.Sprintf("unknown op %q", req.Op)
-				case snapshot.ValidateLabel(req.Label) != nil:
-					rep.Error = snapshot.ValidateLabel(req.Label).Error()
 				default:
 					mu.Lock()
-					start := time.Now()
-					in, st, err := snapshot.CreateServing(ws, vfs.Default, wsDir, p, req.Label, start)
+					rep = serveControl(ws, wsDir, p, lg, hooks, req)
 					mu.Unlock()
-					if err != nil {
-						rep.Error = err.Error()
-						lg.Error("snapshot failed", "err", err)
-					} else {
-						rep = ControlReply{ID: in.ID, Group: in.Group, Root: in.Root.String(), Dirs: st.Dirs, Entries: st.Entries, Bytes: st.Bytes}
-						if in.Agent != nil {
-							rep.AgentBytes = in.Agent.Size
-						}
-						lg.Info("snapshot", "id", in.ID, "group", in.Group, "dirs", st.Dirs, "took", time.Since(start).Round(time.Millisecond))
-					}
 				}
 				b, _ := json.Marshal(rep)
 				c.Write(append(b, '\n'))
@@ -151,6 +158,57 @@ func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.
 			vfs.Default.Remove(path)
 		}
 	}, nil
+}
+
+// serveControl runs one request.
+func serveControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.Logger, hooks ControlHooks, req controlRequest) (rep ControlReply) {
+	start := time.Now()
+	switch req.Op {
+	case "snapshot":
+		if err := snapshot.ValidateLabel(req.Label); err != nil {
+			return ControlReply{Error: err.Error()}
+		}
+		in, st, err := snapshot.CreateServing(ws, vfs.Default, wsDir, p, req.Label, start)
+		if err != nil {
+			lg.Error("snapshot failed", "err", err)
+			return ControlReply{Error: err.Error()}
+		}
+		lg.Info("snapshot", "id", in.ID, "group", in.Group, "dirs", st.Dirs, "took", time.Since(start).Round(time.Millisecond))
+		rep := ControlReply{ID: in.ID, Group: in.Group, Root: in.Root.String(), Dirs: st.Dirs, Entries: st.Entries, Bytes: st.Bytes}
+		if in.Agent != nil {
+			rep.AgentBytes = in.Agent.Size
+		}
+		return rep
+	case "restore":
+		before, target, r, err := snapshot.RestoreServing(ws, vfs.Default, wsDir, p, req.ID, start, hooks.RestoreAgent)
+		if err != nil {
+			lg.Error("restore failed", "snapshot", req.ID, "err", err)
+			return ControlReply{Error: err.Error(), Before: before.ID}
+		}
+		rep = ControlReply{ID: target.ID, Before: before.ID, Group: r.Group, Root: target.Root.String()}
+		if hooks.Invalidate != nil {
+			if err := hooks.Invalidate(r); err != nil {
+				// The tree is restored durably; only the kernel may still
+				// show cached attributes until its timeouts expire.
+				lg.Error("restore: invalidating the kernel's caches failed", "err", err)
+				rep.Warning = err.Error() + " (the restore is done and durable; cached attributes may show the old tree until the mount's cache timeouts expire)"
+			}
+		}
+		lg.Info("restored", "snapshot", target.ID, "undo", before.ID, "group", r.Group, "kernel_inodes", len(r.Known), "took", time.Since(start).Round(time.Millisecond))
+		return rep
+	case "diff":
+		a, err := snapshot.Get(vfs.Default, wsDir, req.ID)
+		if err != nil {
+			return ControlReply{Error: err.Error()}
+		}
+		changes, err := snapshot.DiffServing(ws, p, a)
+		if err != nil {
+			lg.Error("diff failed", "snapshot", req.ID, "err", err)
+			return ControlReply{Error: err.Error()}
+		}
+		return ControlReply{ID: a.ID, Changes: changes}
+	}
+	return ControlReply{Error: fmt.Sprintf("unknown op %q", req.Op)}
 }
 
 // controlReadTimeout bounds how long the daemon waits for a request line
@@ -190,13 +248,34 @@ var ErrNoControl = errors.New("no daemon answers on the workspace's control sock
 // RequestSnapshot asks the daemon serving the workspace in wsDir for a
 // snapshot. It returns an error wrapping ErrNoControl if none answers.
 func RequestSnapshot(ctx context.Context, wsDir, label string) (ControlReply, error) {
+	return request(ctx, wsDir, controlRequest{Op: "snapshot", Label: label})
+}
+
+// RequestRestore asks the daemon serving the workspace in wsDir to restore
+// snapshot id (online restore; see snapshot.RestoreServing). It returns an
+// error wrapping ErrNoControl if none answers.
+func RequestRestore(ctx context.Context, wsDir string, id uint64) (ControlReply, error) {
+	return request(ctx, wsDir, controlRequest{Op: "restore", ID: id})
+}
+
+// RequestDiff asks the daemon serving the workspace in wsDir for the
+// changes from snapshot id to the live tree. It returns an error wrapping
+// ErrNoControl if none answers.
+func RequestDiff(ctx context.Context, wsDir string, id uint64) (ControlReply, error) {
+	return request(ctx, wsDir, controlRequest{Op: "diff", ID: id})
+}
+
+func request(ctx context.Context, wsDir string, req controlRequest) (ControlReply, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", ControlSocketPath(wsDir))
 	if err != nil {
 		return ControlReply{}, fmt.Errorf("%w: %v", ErrNoControl, err)
 	}
 	defer c.Close()
-	b, _ := json.Marshal(controlRequest{Op: "snapshot", Label: label})
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	b, _ := json.Marshal(req)
 	if _, err := c.Write(append(b, '\n')); err != nil {
 		return ControlReply{}, fmt.Errorf("control socket: %w", err)
 	}
@@ -209,7 +288,7 @@ func RequestSnapshot(ctx context.Context, wsDir, label string) (ControlReply, er
 		return ControlReply{}, fmt.Errorf("control socket: malformed reply: %w", err)
 	}
 	if rep.Error != "" {
-		return rep, fmt.Errorf("the daemon's snapshot failed: %s", rep.Error)
+		return rep, fmt.Errorf("the daemon's %s failed: %s", req.Op, rep.Error)
 	}
 	return rep, nil
 }

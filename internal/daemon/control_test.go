@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"context"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -29,7 +30,7 @@ func serving(t *testing.T) (wsDir string, stop func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ws.Close() })
-	stop, err = StartControl(ws, wsDir, p, slog.New(slog.DiscardHandler))
+	stop, err = StartControl(ws, wsDir, p, slog.New(slog.DiscardHandler), ControlHooks{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,9 @@ func TestControlRequests(t *testing.T) {
 		t.Fatalf("snapshot: %+v, %v", rep, err)
 	}
 	for _, c := range []struct{ req, want string }{
-		{`{"op":"restore"}`, "unknown op"},
+		{`{"op":"frobnicate"}`, "unknown op"},
+		{`{"op":"restore","id":7}`, "no such snapshot 7"},
+		{`{"op":"diff","id":7}`, "no such snapshot 7"},
 		{`not json`, "malformed request"},
 		{`{"op":"snapshot","label":"` + strings.Repeat("x", snapshot.MaxLabel+1) + `"}`, "label of"},
 	} {
@@ -94,5 +97,15 @@ func TestControlRequests(t *testing.T) {
 	}
 	if ins, _ := snapshot.List(vfs.Default, wsDir); len(ins) != 1 {
 		t.Fatalf("%d snapshots, want 1", len(ins))
+	}
+	// Online diff against the live tree, and an online restore (here
+	// with nothing mounted: no caches to invalidate).
+	d, err := RequestDiff(context.Background(), wsDir, 1)
+	if err != nil || len(d.Changes) != 0 {
+		t.Fatalf("diff of an unchanged workspace: %+v, %v", d, err)
+	}
+	r, err := RequestRestore(context.Background(), wsDir, 1)
+	if err != nil || r.ID != 1 || r.Before != 2 {
+		t.Fatalf("restore: %+v, %v", r, err)
 	}
 }

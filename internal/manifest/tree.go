@@ -58,6 +58,24 @@ func (s *PoolStore) Reuse(ids []objid.ID) error {
 	return nil
 }
 
+// ReuseRecent is Reuse for objects the caller protected (or put) a short
+// while ago (well within the pool's minimum GC grace period, and within
+// the time the pool trusts its own syncs): GC cannot remove them before
+// the snapshot reusing them is published and marks them itself, so they
+// are only checked to be there (pool.Check: an error wrapping
+// *pool.MissingObjectError if one is gone), not protected again.
+func (s *PoolStore) ReuseRecent(ids []objid.ID) error {
+	for _, id := range ids {
+		if err := s.Pool.Check(id); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.put = append(s.put, ids...)
+	s.mu.Unlock()
+	return nil
+}
+
 // Sync makes every object Put so far durable (fdatasync each, fsync their
 // publication directories): new ones, and deduplicated ones that another
 // process may have published without syncing.

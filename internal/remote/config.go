@@ -48,6 +48,10 @@ type Config struct {
 	// renewal (default 30): after a host is lost, another host can take
 	// its workspaces over (pull --steal) once this much time has passed.
 	LeaseTTLSeconds int `json:"lease_ttl_seconds,omitempty"`
+	// NoPrefetch turns off the background prefetch of lazily pulled
+	// workspaces on this host (as `wsfs mount --prefetch=false` does):
+	// their contents are then fetched only when read.
+	NoPrefetch bool `json:"no_prefetch,omitempty"`
 }
 
 // LeaseTTL is LeaseTTLSeconds as a duration (0: the default).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"wsfs/internal/manifest"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/vfs"
 	"wsfs/internal/vfs/errorfs"
@@ -162,4 +163,62 @@ func TestCreateServingSyncFailure(t *testing.T) {
 	if dv := diffViews(viewOfWorkspace(t, e.pool, w), viewOfSnapshot(t, p, in)); dv != "" {
 		t.Fatalf("snapshot after the failure:\n%s", dv)
 	}
+}
+
+// TestCreateServingProtectsOnce: a manifest that an online snapshot
+// reuses shortly after this process put or protected it is not protected
+// again (its mtime stays: no inode write for every directory of the tree
+// per snapshot), and one that vanished all the same is still noticed
+// (the snapshot is then a full build, and complete).
+func TestCreateServingProtectsOnce(t *testing.T) {
+	e := memEnv(t)
+	w := e.open("w")
+	defer w.Close()
+	var dirs []workspace.Ino
+	for i := 0; i < 3; i++ {
+		d := must[workspace.Attr](t)(w.Mkdir(workspace.RootIno, fmt.Sprint("d", i), 0o755, me)).Ino
+		dirs = append(dirs, d)
+		writeFile(t, w, d, "f", []byte(fmt.Sprint(i)))
+	}
+	take := func() Info {
+		t.Helper()
+		in, _, err := CreateServing(w, e.fs, e.wsDir("w"), e.pool, "", time.Now())
+		noErr(t, err)
+		if d := diffViews(viewOfWorkspace(t, e.pool, w), viewOfSnapshot(t, e.pool, in)); d != "" {
+			t.Fatalf("snapshot %d differs from the tree:\n%s", in.ID, d)
+		}
+		return in
+	}
+	dirIDs := func(in Info) []objid.ID {
+		t.Helper()
+		r, err := manifest.ReadRoot(&manifest.PoolStore{Pool: e.pool}, in.Root)
+		noErr(t, err)
+		es, err := manifest.ReadDir(&manifest.PoolStore{Pool: e.pool}, r.Entry.Dir)
+		noErr(t, err)
+		var ids []objid.ID
+		for _, x := range es {
+			ids = append(ids, x.Dir)
+		}
+		return ids
+	}
+	mtime := func(id objid.ID) time.Time {
+		t.Helper()
+		fi, err := e.fs.Stat(e.pool.Path(id))
+		noErr(t, err)
+		return fi.ModTime()
+	}
+	take()                  // full build, manifests put
+	ids := dirIDs(take())   // first reuse: protected, remembered
+	before := mtime(ids[1]) // d1
+	time.Sleep(5 * time.Millisecond)
+	writeFile(t, w, dirs[0], "f", []byte("changed"))
+	if got := dirIDs(take()); got[1] != ids[1] {
+		t.Fatal("unchanged d1 got a new manifest")
+	}
+	if after := mtime(ids[1]); !after.Equal(before) {
+		t.Errorf("d1's manifest, reused shortly after it was protected, was protected again: mtime %v -> %v", before, after)
+	}
+	noErr(t, e.fs.Remove(e.pool.Path(ids[2]))) // d2's manifest vanishes
+	writeFile(t, w, dirs[0], "f", []byte("changed again"))
+	take()
 }

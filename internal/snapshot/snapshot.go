@@ -322,3 +322,67 @@ func ForEachObject(fsys vfs.FS, wsDir string, p *pool.Pool, fn func(objid.ID)) e
 	}
 	return nil
 }
+
+// RestoreServing returns workspace w (served by this process) to snapshot
+// id while it serves: the daemon's online restore. It loads and verifies
+// the snapshot's whole tree first (a damaged snapshot is refused before
+// anything changes), then calls w.ReplaceTree, which holds up operations
+// for the rest of the call: once nothing is in flight and everything is
+// committed it takes the undo snapshot (returned as before: it contains
+// every operation completed before the call), then sets the agent state
+// database to the snapshot's copy (RestoreAgent; a snapshot without one
+// leaves it), then calls also (if not nil); an error of either aborts the
+// restore with only the undo snapshot taken (and, if also failed, the
+// agent state restored). Then it publishes a manifest
+// reference to the snapshot's tree, renumbered above every inode number
+// in use (manifest.EncodeRefBase), as the checkpoint of the last
+// committed group. The returned Restored tells the
+// FUSE adapter what to invalidate.
+func RestoreServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Pool, id uint64, now time.Time, also func(before, target Info) error) (before, target Info, r workspace.Restored, err error) {
+	target, err = Get(fsys, wsDir, id)
+	if err != nil {
+		return Info{}, Info{}, r, err
+	}
+	t, _, err := manifest.LoadTree(&manifest.PoolStore{Pool: p}, target.Root)
+	if err != nil {
+		return Info{}, Info{}, r, fmt.Errorf("snapshot: restore %d: %w", id, err)
+	}
+	r, err = w.ReplaceTree(t, target.Root, func() error {
+		var err error
+		if before, _, err = CreateServing(w, fsys, wsDir, p, fmt.Sprintf("before restore to %d", id), now); err != nil {
+			return err
+		}
+		// The agent state with the files, while operations are held up
+		// (the undo snapshot recorded the state it replaces).
+		if _, err := RestoreAgent(p, wsDir, target); err != nil {
+			return err
+		}
+		if also != nil {
+			return also(before, target)
+		}
+		return nil
+	})
+	return before, target, r, err
+}
+
+// DiffServing compares snapshot a with the durable tree of workspace w
+// while it serves (the daemon's online diff): every operation completed
+// before the call is committed first. The live tree's manifests come from
+// workspace.DurableManifest, so after the first snapshot or diff of the
+// process only the directories changed since are encoded, and subtrees
+// equal to the snapshot's are skipped by ID: O(changes). The manifests it
+// encodes are put in the pool unsynced (a later snapshot reuses and syncs
+// them; GC removes them if none does).
+func DiffServing(w *workspace.Workspace, p *pool.Pool, a Info) ([]manifest.Change, error) {
+	st := &manifest.PoolStore{Pool: p}
+	root, _, _, err := w.DurableManifest(st)
+	var missing *pool.MissingObjectError
+	if errors.As(err, &missing) {
+		st = &manifest.PoolStore{Pool: p}
+		root, _, _, err = w.DurableManifest(st)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: build manifests of the live tree: %w", err)
+	}
+	return manifest.Diff(st, a.Root, root)
+}

@@ -2,10 +2,12 @@ package workspace
 
 import (
 	"fmt"
+	"time"
 
 	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
+	"wsfs/internal/pool"
 )
 
 // DurableTree commits every operation completed before the call and calls
@@ -92,18 +94,52 @@ func (w *Workspace) DurableManifest(st *manifest.PoolStore) (root objid.ID, grou
 	for _, id := range st.PutIDs()[before:] {
 		fresh[id] = true
 	}
-	reused := dirs[:0]
+	// Reused manifests are protected again (pool.Protect: a utimensat
+	// that dirties the object's inode, and a stat, for every directory of
+	// the tree) only when this process last protected or put them more
+	// than reprotectAfter ago; the others are checked to exist (a stat)
+	// and join the sync set (a no-op for the ones already durable).
+	now := time.Now()
+	refresh := reprotectAfter()
+	var protect, recent []objid.ID
 	for _, id := range dirs {
-		if !fresh[id] {
-			reused = append(reused, id)
+		switch at, ok := w.protectedAt[id]; {
+		case fresh[id]:
+		case ok && now.Sub(at) < refresh:
+			recent = append(recent, id)
+		default:
+			protect = append(protect, id)
 		}
 	}
-	if err := st.Reuse(reused); err != nil {
+	err = st.Reuse(protect)
+	if err == nil {
+		err = st.ReuseRecent(recent)
+	}
+	if err != nil {
 		// A cached manifest is gone (GC): the next call builds everything.
 		w.shadowMu.Lock()
 		c.Invalidate()
 		w.shadowMu.Unlock()
+		w.protectedAt = nil
 		return root, 0, stats, err
 	}
+	next := make(map[objid.ID]time.Time, len(dirs))
+	for _, id := range dirs {
+		if at, ok := w.protectedAt[id]; ok && !fresh[id] && now.Sub(at) < refresh {
+			next[id] = at
+		} else {
+			next[id] = now
+		}
+	}
+	w.protectedAt = next
 	return root, group, stats, nil
 }
+
+// reprotectAfter is how long after DurableManifest protected or put a
+// directory manifest it protects it again when a later build reuses it:
+// a twelfth of the pool's minimum GC grace period (5 minutes in
+// production). That is well within the grace period, so GC cannot remove
+// the manifest before the snapshot reusing it is published, and within
+// the time the pool trusts its own sync of an object (a sixth of the
+// grace period, or durableWindow), so the sync set stays a no-op for it.
+func reprotectAfter() time.Duration { return pool.EffectiveMinGrace() / 12 }

@@ -25,11 +25,11 @@ func (w *Workspace) decodeCheckpoint(payload []byte) (tree, shadow *namespace.Tr
 		}
 		return tree, shadow, err
 	}
-	root, minNext, err := manifest.DecodeRef(payload)
+	root, minNext, base, err := manifest.DecodeRefBase(payload)
 	if err != nil {
 		return nil, nil, err
 	}
-	if tree, _, err = manifest.LoadTreeMin(&manifest.PoolStore{Pool: w.pool}, root, namespace.Ino(minNext)); err == nil {
+	if tree, err = loadRef(w.pool, root, minNext, base); err == nil {
 		shadow, err = cloneTree(tree)
 	}
 	if err != nil {
@@ -46,12 +46,28 @@ func DecodeCheckpointPayload(p *pool.Pool, payload []byte) (*namespace.Tree, err
 	if !manifest.IsRef(payload) {
 		return namespace.DecodeCheckpoint(payload)
 	}
-	root, minNext, err := manifest.DecodeRef(payload)
+	root, minNext, base, err := manifest.DecodeRefBase(payload)
 	if err != nil {
 		return nil, err
 	}
-	t, _, err := manifest.LoadTreeMin(&manifest.PoolStore{Pool: p}, root, namespace.Ino(minNext))
-	return t, err
+	return loadRef(p, root, minNext, base)
+}
+
+// loadRef loads the tree of a manifest reference: the manifests of root,
+// renumbered from base if base is not 0 (online restore), with next inode
+// number at least minNext.
+func loadRef(p *pool.Pool, root objid.ID, minNext, base uint64) (*namespace.Tree, error) {
+	if base == 0 {
+		t, _, err := manifest.LoadTreeMin(&manifest.PoolStore{Pool: p}, root, namespace.Ino(minNext))
+		return t, err
+	}
+	t, _, err := manifest.LoadTree(&manifest.PoolStore{Pool: p}, root)
+	if err != nil {
+		return nil, err
+	}
+	t = t.Renumber(namespace.Ino(base))
+	t.RaiseNextIno(namespace.Ino(minNext))
+	return t, nil
 }
 
 // forEachManifestObject lists the manifests (and contents) of the

@@ -16,6 +16,9 @@ type live struct {
 	opens   int      // open handles
 	dirty   *dirty   // unflushed content shared by all handles; nil when clean
 	obj     *objFile // cached object of clean content; nil if none
+	// stale: the inode belongs to a tree that ReplaceTree replaced; its
+	// handles fail with ESTALE.
+	stale bool
 }
 
 func liveOf(n *namespace.Inode) *live {
@@ -40,7 +43,7 @@ var errStale = syscall.ENOENT
 func (w *Workspace) lock1(ino Ino) (*namespace.Inode, error) {
 	n := w.tree.Get(namespace.Ino(ino))
 	if n == nil {
-		return nil, syscall.ENOENT
+		return nil, w.missing(namespace.Ino(ino))
 	}
 	n.Mu.Lock()
 	if n.Dropped {
@@ -86,7 +89,7 @@ func (w *Workspace) lockN(inos ...namespace.Ino) (*lockSet, error) {
 		n := w.tree.Get(i)
 		if n == nil {
 			l.unlock()
-			return nil, syscall.ENOENT
+			return nil, w.missing(i)
 		}
 		n.Mu.Lock()
 		l.ns = append(l.ns, n)
@@ -180,7 +183,29 @@ func blocks512(n int64) uint64 { return uint64(n+511) / 512 }
 // 512-byte blocks of the bytes actually stored. Hole chunks (zeros with no
 // object) count nothing, so a sparse file reports what it occupies and du
 // and cp --sparse see its holes; inline bytes and objects count whole.
+// Content with pending ranges counts its base and, for a chunked base,
+// every chunk a range touches that the base has as a hole or not at all;
+// for an inline or object base, its growth past the base size.
 func contentBlocks(c *namespace.Content, size uint64) uint64 {
+	if c.Ranges != nil {
+		base := c.Base()
+		b := contentBlocks(&base, c.BaseSize)
+		if !base.IsChunked() {
+			return b + blocks512(int64(size-c.BaseSize))
+		}
+		shift := base.ChunkShift
+		seen := map[uint64]bool{}
+		for _, r := range c.Ranges {
+			for i := r.Off >> shift; i <= (r.Off+uint64(len(r.Data))-1)>>shift; i++ {
+				if seen[i] || i < uint64(len(base.Chunks)) && base.Chunks[i] != namespace.HoleChunk {
+					continue
+				}
+				seen[i] = true
+				b += blocks512(min(int64(size)-int64(i)<<shift, 1<<shift))
+			}
+		}
+		return b
+	}
 	if !c.IsChunked() {
 		return blocks512(int64(size))
 	}
@@ -201,6 +226,8 @@ func countLookup(n *namespace.Inode) {
 
 // Lookup finds name in directory parent and counts a kernel lookup of it.
 func (w *Workspace) Lookup(parent Ino, name string) (Attr, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	if len(name) > namespace.MaxNameLen {
 		return Attr{}, wsErr("lookup", parent, name, syscall.ENAMETOOLONG)
 	}
@@ -232,6 +259,8 @@ func (w *Workspace) Lookup(parent Ino, name string) (Attr, error) {
 
 // GetAttr returns the attributes of ino.
 func (w *Workspace) GetAttr(ino Ino) (Attr, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	n, err := w.lock1(ino)
 	if err != nil {
 		return Attr{}, wsErr("getattr", ino, "", err)
@@ -243,6 +272,8 @@ func (w *Workspace) GetAttr(ino Ino) (Attr, error) {
 // SetAttr changes attributes. A Size truncates or extends the file and
 // publishes the new content at once (one SetContent record).
 func (w *Workspace) SetAttr(ino Ino, in SetAttrIn) (Attr, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	n, err := w.lock1(ino)
 	if err != nil {
 		return Attr{}, wsErr("setattr", ino, "", err)
@@ -306,6 +337,8 @@ func (w *Workspace) SetAttr(ino Ino, in SetAttrIn) (Attr, error) {
 
 // create is Create, Mkdir, Mknod and Symlink.
 func (w *Workspace) create(op string, parent Ino, name string, rec *namespace.Record, c Caller) (Attr, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	if err := checkName(name); err != nil {
 		return Attr{}, wsErr(op, parent, name, err)
 	}
@@ -380,6 +413,8 @@ func (w *Workspace) Symlink(parent Ino, name, target string, c Caller) (Attr, er
 
 // Readlink returns a symlink's target.
 func (w *Workspace) Readlink(ino Ino) (string, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	n, err := w.lock1(ino)
 	if err != nil {
 		return "", wsErr("readlink", ino, "", err)
@@ -393,6 +428,8 @@ func (w *Workspace) Readlink(ino Ino) (string, error) {
 
 // Link makes newName in newParent a hard link to ino, counting a lookup.
 func (w *Workspace) Link(ino, newParent Ino, newName string) (Attr, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	if err := checkName(newName); err != nil {
 		return Attr{}, wsErr("link", ino, newName, err)
 	}
@@ -435,6 +472,8 @@ func (w *Workspace) Rmdir(parent Ino, name string) error {
 }
 
 func (w *Workspace) remove(op string, kind namespace.Op, parent Ino, name string) error {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	if name == "." {
 		return wsErr(op, parent, name, syscall.EINVAL)
 	}
@@ -479,6 +518,8 @@ func (w *Workspace) afterUnlinkLocked(n *namespace.Inode) {
 // Rename renames oldName in oldParent to newName in newParent. flags:
 // RENAME_NOREPLACE, RENAME_EXCHANGE (unix values).
 func (w *Workspace) Rename(oldParent Ino, oldName string, newParent Ino, newName string, flags uint32) error {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	const op = "rename"
 	if flags&^(namespace.RenameNoReplace|namespace.RenameExchange) != 0 ||
 		flags == namespace.RenameNoReplace|namespace.RenameExchange {
@@ -628,6 +669,8 @@ func (w *Workspace) isAncestor(anc, d namespace.Ino) bool {
 // "..", which the adapter adds). It is a snapshot: later changes do not
 // affect it.
 func (w *Workspace) ReadDir(dir Ino) ([]DirEntry, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	d, err := w.lock1(dir)
 	if err != nil {
 		return nil, wsErr("readdir", dir, "", err)
@@ -660,6 +703,8 @@ func (w *Workspace) ReadDir(dir Ino) ([]DirEntry, error) {
 
 // Forget gives back nlookup kernel lookups of ino.
 func (w *Workspace) Forget(ino Ino, nlookup uint64) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	if ino == RootIno {
 		return
 	}
@@ -710,6 +755,8 @@ func xattrNamespaceErr(name string, set bool) error {
 // GetXattr returns the value of an extended attribute (ENODATA if absent,
 // EOPNOTSUPP for a namespace wsfs does not store).
 func (w *Workspace) GetXattr(ino Ino, name string) ([]byte, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	if err := xattrNamespaceErr(name, false); err != nil {
 		return nil, wsErr("getxattr", ino, name, err)
 	}
@@ -729,6 +776,8 @@ func (w *Workspace) GetXattr(ino Ino, name string) ([]byte, error) {
 // present), XATTR_REPLACE (ENODATA if absent). A name outside the stored
 // namespaces, or security.capability, gives EOPNOTSUPP (xattrNamespaceErr).
 func (w *Workspace) SetXattr(ino Ino, name string, value []byte, flags uint32) error {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	switch {
 	case name == "":
 		return wsErr("setxattr", ino, name, syscall.EINVAL)
@@ -759,6 +808,8 @@ func (w *Workspace) SetXattr(ino Ino, name string, value []byte, flags uint32) e
 
 // ListXattr returns the names of the extended attributes, sorted.
 func (w *Workspace) ListXattr(ino Ino) ([]string, error) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	n, err := w.lock1(ino)
 	if err != nil {
 		return nil, wsErr("listxattr", ino, "", err)
@@ -775,6 +826,8 @@ func (w *Workspace) ListXattr(ino Ino) ([]string, error) {
 // RemoveXattr removes an extended attribute (ENODATA if absent,
 // EOPNOTSUPP for a namespace wsfs does not store).
 func (w *Workspace) RemoveXattr(ino Ino, name string) error {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	if err := xattrNamespaceErr(name, false); err != nil {
 		return wsErr("removexattr", ino, name, err)
 	}

@@ -19,6 +19,11 @@
 //
 // Locks are taken in this order, and never the other way round:
 //
+//  0. Workspace.gate: read-locked for the whole of every operation that
+//     reads or changes the live tree (never twice by one goroutine: an
+//     operation does not call another one), write-locked by ReplaceTree
+//     (online restore, restore.go) and Close. Reads through an open
+//     handle and waits for a commit do not take it.
 //  1. Workspace.renameMu: only by renames whose two directories differ
 //     (like the kernel's s_vfs_rename_mutex). Directory Parent fields change
 //     only under it, so the "not into its own subtree" walk is safe.
@@ -54,6 +59,17 @@
 // at most maxDirtyChunks of them in memory. Flush (close) publishes it,
 // Fsync also waits for the commit. Published content is immutable: a write
 // copies the chunks it touches first. Reads do not update atime.
+//
+// A flush that changes only a few bytes of pooled content (up to 64 spans
+// and 64 KiB since the last flush, no chunk put meanwhile: a SQLite WAL
+// append) logs those bytes in a WriteRange record instead of new chunk
+// objects, and keeps the dirty content in memory as the copy of the
+// published one; the published content is then its base plus ordered
+// ranges (namespace.Content.Ranges), which reads overlay. Ranges are
+// folded into chunks by a SetContent when they would exceed foldRanges or
+// foldBytes, at the last close beyond foldClosedRanges/foldClosedBytes,
+// and by any truncate. Checkpoints and snapshot manifests carry pending
+// ranges (content kind 4), so both stay self-contained.
 //
 // # Kernel lookup counts
 //
@@ -195,7 +211,12 @@ type Stats struct {
 	CheckpointErr error
 	// File content published since Open, in bytes: inline in log records,
 	// as new pool objects, and as pool objects that already existed.
+	// Bytes of range records count as inline.
 	BytesInline, BytesPooled, BytesDeduped uint64
+	// RangeRecords and RangeFolds count, since Open, the flushes logged as
+	// WriteRange records and the SetContent records that folded pending
+	// ranges into new chunks.
+	RangeRecords, RangeFolds uint64
 }
 
 // Workspace is an open workspace. All methods are safe for concurrent use.
@@ -213,6 +234,14 @@ type Workspace struct {
 	shift uint8 // log2(opts.ChunkSize): new chunked contents use it
 
 	renameMu sync.Mutex
+	// gate is read-locked by every operation that reads or changes the
+	// live tree (all but reads of open handles and waits for commits), and
+	// write-locked by ReplaceTree (online restore) and Close: while it is
+	// held no operation is in flight, so the tree can be swapped whole.
+	gate sync.RWMutex
+	// staleBelow: after ReplaceTree, every inode number below it belongs
+	// to a replaced tree (ESTALE); 0 before the first ReplaceTree.
+	staleBelow atomic.Uint64
 
 	// Owned by the committer's flusher goroutine (OnCommit) after Open,
 	// and by Close once the flusher has exited.
@@ -225,15 +254,24 @@ type Workspace struct {
 	// shadow, for DurableManifest; nil until its first call.
 	snapCache *manifest.Cache
 	snapMu    sync.Mutex // serializes DurableManifest
-	sinceCkpt int64
-	shadowErr error
-	ckpt      struct {
+	// protectedAt (guarded by snapMu) is when DurableManifest last put or
+	// protected each directory manifest of its previous build.
+	protectedAt map[objid.ID]time.Time
+	sinceCkpt   int64
+	shadowErr   error
+	ckpt        struct {
 		running bool            // a checkpoint write is in flight
 		done    chan ckptResult // its result (capacity 1)
 	}
+	// ckptMu serializes checkpoint writes; ckptEpoch (changed under it and
+	// shadowMu) counts tree replacements, so that a background checkpoint
+	// of a replaced shadow is not written over ReplaceTree's.
+	ckptMu    sync.Mutex
+	ckptEpoch uint64
 
 	// The manifest root the checkpoint read at Open named (fork, restore),
-	// whose manifests ForEachObject also lists; set only by Open.
+	// or the one ReplaceTree published, whose manifests ForEachObject also
+	// lists; set by Open and by ReplaceTree (under the gate).
 	manifestRoot    objid.ID
 	hasManifestRoot bool
 
@@ -437,6 +475,9 @@ func (w *Workspace) recover() (fresh bool, err error) {
 				// that a surviving inline file does not pin a segment in
 				// memory. Both trees share the copy.
 				rec.Content.Inline = bytes.Clone(rec.Content.Inline)
+				for i := range rec.Content.Ranges {
+					rec.Content.Ranges[i].Data = bytes.Clone(rec.Content.Ranges[i].Data)
+				}
 				rec.Value = bytes.Clone(rec.Value)
 				if err = w.tree.Apply(rec); err == nil {
 					err = w.shadow.Apply(rec)
@@ -509,8 +550,9 @@ func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 
 // ckptResult is the outcome of a checkpoint write.
 type ckptResult struct {
-	group uint64
-	err   error
+	group      uint64
+	err        error
+	superseded bool // not written: ReplaceTree wrote a newer tree meanwhile
 }
 
 // startCheckpoint encodes the shadow (in memory, on the flusher) and writes
@@ -519,9 +561,16 @@ type ckptResult struct {
 func (w *Workspace) startCheckpoint(group uint64) {
 	w.sinceCkpt = 0
 	payload := w.shadow.EncodeCheckpoint()
+	epoch := w.ckptEpoch // under shadowMu (onCommit holds it)
 	w.ckpt.running = true
 	go func() {
-		w.ckpt.done <- ckptResult{group, seglog.WriteCheckpoint(w.fs, w.ckptDir(), group, payload)}
+		w.ckptMu.Lock()
+		defer w.ckptMu.Unlock()
+		if epoch != w.ckptEpoch {
+			w.ckpt.done <- ckptResult{group: group, superseded: true}
+			return
+		}
+		w.ckpt.done <- ckptResult{group: group, err: seglog.WriteCheckpoint(w.fs, w.ckptDir(), group, payload)}
 	}()
 }
 
@@ -544,6 +593,9 @@ func (w *Workspace) reapCheckpoint(wait bool) {
 		}
 	}
 	w.ckpt.running = false
+	if res.superseded {
+		return
+	}
 	if res.err != nil {
 		w.lg.Error("checkpoint failed; the log keeps growing until one succeeds", "group", res.group, "err", res.err)
 		w.ckptErr.Store(&res.err)
@@ -632,6 +684,8 @@ func (w *Workspace) record(rec *namespace.Record, objs []objid.ID, persist bool)
 // the workspace lock. Nothing unsynced is reported as written: a commit
 // failure is returned.
 func (w *Workspace) Close() error {
+	w.gate.Lock()
+	defer w.gate.Unlock()
 	w.closeMu.Lock()
 	defer w.closeMu.Unlock()
 	if w.closeMu.done {
@@ -674,10 +728,13 @@ func (w *Workspace) Close() error {
 
 // Stats returns a snapshot of the workspace's commit state.
 func (w *Workspace) Stats() Stats {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	cs := w.com.Stats()
 	s := Stats{CommittedGroup: cs.LastGroup, CommittedAt: cs.LastCommit, Pending: cs.Pending,
 		Failed: cs.Failed, Stalled: cs.Stalled, Inodes: w.tree.Len(), CheckpointGroup: w.ckptGrp.Load(),
-		BytesInline: w.bytes.inline.Load(), BytesPooled: w.bytes.pooled.Load(), BytesDeduped: w.bytes.deduped.Load()}
+		BytesInline: w.bytes.inline.Load(), BytesPooled: w.bytes.pooled.Load(), BytesDeduped: w.bytes.deduped.Load(),
+		RangeRecords: w.bytes.ranges.Load(), RangeFolds: w.bytes.folds.Load()}
 	if f := w.failed.Load(); s.Failed == nil && f != nil {
 		s.Failed = f
 	}
@@ -700,14 +757,17 @@ func (w *Workspace) Sync() error {
 // every operation completed before the call is durable (fsync of a
 // directory or of a file; EIO on failure, never a false success).
 func (w *Workspace) Fsync(ino Ino) error {
+	w.gate.RLock()
 	n, err := w.lock1(ino)
 	if err != nil {
+		w.gate.RUnlock()
 		return wsErr("fsync", ino, "", err)
 	}
 	if lv := liveOf(n); lv != nil && lv.dirty != nil {
 		err = w.flushLocked(n)
 	}
 	n.Mu.Unlock()
+	w.gate.RUnlock()
 	if err != nil {
 		return wsErr("fsync", ino, "", err)
 	}
@@ -734,6 +794,8 @@ func (w *Workspace) StatFS() (vfs.StatFS, error) {
 // form (chunked contents are read). Dirty unflushed content is not
 // included. It needs the workspace to be still (tests, the crash oracle).
 func (w *Workspace) Dump() []namespace.DumpEntry {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	return w.tree.Dump(w.contentID)
 }
 
@@ -743,6 +805,16 @@ func (w *Workspace) Dump() []namespace.DumpEntry {
 func (w *Workspace) contentID(n *namespace.Inode) objid.ID {
 	c := &n.Content
 	switch {
+	case c.Ranges != nil:
+		b := make([]byte, n.Size)
+		if k, err := w.readPublished(n, c, int64(n.Size), b, 0); err != nil || k != len(b) {
+			var bad objid.ID
+			for i := range bad {
+				bad[i] = 0xff
+			}
+			return bad
+		}
+		return objid.Sum(b)
 	case c.IsObject:
 		return c.Object
 	case !c.IsChunked():
@@ -776,6 +848,8 @@ func (w *Workspace) contentID(n *namespace.Inode) objid.ID {
 // (fork, restore) also lists that tree's manifests and contents, which the
 // checkpoint still needs until a newer one replaces it.
 func (w *Workspace) ForEachObject(fn func(objid.ID)) {
+	w.gate.RLock()
+	defer w.gate.RUnlock()
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
 		c := n.Content
