@@ -52,6 +52,24 @@ func newDriverBackup(dc any, path string, restore bool) (*sqlite.Backup, error) 
 	return c.NewBackup(path)
 }
 
+// runBackup copies, with SQLite's backup API, conn's main database into
+// the database file at path (restore false) or that file's database into
+// conn's (restore true), all of it in one step: one transaction on the
+// destination, so a failure leaves it unchanged.
+func runBackup(conn *sql.Conn, path string, restore bool) error {
+	return conn.Raw(func(dc any) error {
+		b, err := newDriverBackup(dc, path, restore)
+		if err != nil {
+			return err
+		}
+		_, serr := b.Step(-1)
+		if ferr := b.Finish(); serr == nil {
+			serr = ferr
+		}
+		return serr
+	})
+}
+
 // Cut is a pinned state of an agent database: an open read transaction
 // on one connection. Close it when done (it ends the transaction).
 type Cut struct {
@@ -114,17 +132,7 @@ func (c *Cut) Copy(ctx context.Context, chunk int, put func([]byte) error) (int6
 		return 0, fmt.Errorf("agent state %s: copy: %w", c.path, err)
 	}
 	defer removeTemp(tmp)
-	err = c.conn.Raw(func(dc any) error {
-		b, err := newDriverBackup(dc, tmp, false)
-		if err != nil {
-			return err
-		}
-		_, serr := b.Step(-1)
-		if ferr := b.Finish(); serr == nil {
-			serr = ferr
-		}
-		return serr
-	})
+	err = runBackup(c.conn, tmp, false)
 	if err != nil {
 		return 0, fmt.Errorf("agent state %s: copy with the backup API: %w", c.path, err)
 	}
@@ -214,17 +222,7 @@ func RestoreLive(ctx context.Context, path, workspace string, write func(w io.Wr
 		return fmt.Errorf("agent state %s: restore: %w", path, err)
 	}
 	defer conn.Close()
-	err = conn.Raw(func(dc any) error {
-		b, err := newDriverBackup(dc, tmp, true)
-		if err != nil {
-			return err
-		}
-		_, serr := b.Step(-1)
-		if ferr := b.Finish(); serr == nil {
-			serr = ferr
-		}
-		return serr
-	})
+	err = runBackup(conn, tmp, true)
 	if err != nil {
 		return fmt.Errorf("agent state %s: restore with the backup API: %w (the database is unchanged: the copy runs in one transaction)", path, err)
 	}

@@ -103,17 +103,7 @@ func (w *Workspace) ReplaceTree(t *namespace.Tree, root objid.ID, prepare func()
 		return Restored{}, wsErr("restore", 0, "", err)
 	}
 	// Publish dirty content (as Close does), then commit everything.
-	var errs []error
-	for _, n := range w.tree.Inodes() {
-		n.Mu.Lock()
-		if lv := liveOf(n); lv != nil && lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
-			if err := w.flushLocked(n); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		n.Mu.Unlock()
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(w.flushAllLocked()...); err != nil {
 		return Restored{}, wsErr("restore", 0, "", err)
 	}
 	if err := w.barrier(); err != nil {

@@ -691,16 +691,7 @@ func (w *Workspace) Close() error {
 	if w.closeMu.done {
 		return w.closeMu.err
 	}
-	var errs []error
-	for _, n := range w.tree.Inodes() {
-		n.Mu.Lock()
-		if lv := liveOf(n); lv != nil && lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
-			if err := w.flushLocked(n); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		n.Mu.Unlock()
-	}
+	errs := w.flushAllLocked()
 	w.closed.Store(true)
 	if err := w.com.Close(); err != nil {
 		errs = append(errs, err)
@@ -857,4 +848,22 @@ func (w *Workspace) ForEachObject(fn func(objid.ID)) {
 		c.Objects(func(id objid.ID) { fn(id) })
 	}
 	w.forEachManifestObject(fn)
+}
+
+// flushAllLocked publishes the dirty content of every linked inode (as
+// each one's last close would) and returns the failures, one per inode.
+// The caller holds the operation gate exclusively (Close, ReplaceTree), so
+// no operation changes an inode meanwhile.
+func (w *Workspace) flushAllLocked() []error {
+	var errs []error
+	for _, n := range w.tree.Inodes() {
+		n.Mu.Lock()
+		if lv := liveOf(n); lv != nil && lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
+			if err := w.flushLocked(n); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		n.Mu.Unlock()
+	}
+	return errs
 }
