@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/seglog"
+	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 )
 
@@ -34,6 +37,11 @@ type PullOptions struct {
 	Pool *pool.Pool
 	// Parallel object downloads (default 8).
 	Parallel int
+	// At selects the state to restore (zero: the head). A state older
+	// than the head is restored as a new group one past the head's, from
+	// a checkpoint, so the workspace's group numbers never go back; its
+	// shipper then ships that checkpoint as the new remote head.
+	At At
 }
 
 // PullResult describes a finished Pull.
@@ -46,6 +54,10 @@ type PullResult struct {
 	FromGroup   uint64
 	Checkpoint  uint64 // the remote checkpoint's group (0: none)
 	BatchesRead int
+	Snapshots   int    // shipped snapshots imported into the local catalog
+	Selected    string // the state At chose ("" for the head)
+	AsOf        uint64 // the group whose state was restored (Group, unless At chose an older one)
+	AsOfTime    time.Time
 }
 
 // CorruptRemoteError reports a remote file whose bytes do not verify.
@@ -86,21 +98,50 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if !ok {
 		return res, fmt.Errorf("pull %s: %s holds no workspace %q (no %s): %w", opts.Name, st, opts.Name, HeadKey(opts.Name), ErrNotShipped)
 	}
-	tree, at, got, nb, err := restoreTree(ctx, st, opts.Name, h)
-	res.BytesGot, res.BatchesRead = got, nb
-	if h.Checkpoint != nil {
-		res.Checkpoint = h.Checkpoint.Group
-	}
+	snaps, lastSnapID, err := RemoteSnapshots(ctx, st, opts.Name)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("pull %s: read the shipped snapshots: %w", opts.Name, err)
+	}
+	var tree *namespace.Tree
+	var at uint64
+	if opts.At.IsZero() {
+		var got int64
+		var nb int
+		tree, at, got, nb, err = restoreTree(ctx, st, opts.Name, h)
+		res.BytesGot, res.BatchesRead = got, nb
+		if h.Checkpoint != nil {
+			res.Checkpoint = h.Checkpoint.Group
+		}
+		if err != nil {
+			return res, err
+		}
+		res.AsOf, res.AsOfTime = at, h.ShippedAt
+	} else {
+		sel, err := selectState(ctx, st, opts.Name, h, snaps, opts.At)
+		res.BytesGot += sel.got
+		if err != nil {
+			return res, err
+		}
+		tree, at = sel.tree, sel.group
+		res.Selected, res.AsOf, res.AsOfTime = sel.what, sel.group, sel.time
+		if at != h.Group {
+			at = h.Group + 1 // a new group: the state as of sel
+		}
 	}
 	res.Group, res.Inodes = at, tree.Len()
 
-	// Objects.
+	// Objects: the tree's and the shipped snapshots' (manifests too), so
+	// that the local catalog is whole (local GC and fork read them).
 	ids := map[objid.ID]struct{}{}
 	for _, n := range tree.Inodes() {
 		if n.IsReg() {
 			n.Content.Objects(func(id objid.ID) { ids[id] = struct{}{} })
+		}
+	}
+	visited := map[objid.ID]bool{}
+	for _, in := range snaps {
+		if err := manifest.ForEachObject(remoteManifests{ctx, st}, in.Root, visited, func(id objid.ID) { ids[id] = struct{}{} }); err != nil {
+			return res, fmt.Errorf("pull %s: shipped snapshot %d: %w", opts.Name, in.ID, err)
 		}
 	}
 	res.Objects = len(ids)
@@ -153,6 +194,12 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	}); err != nil {
 		return res, err
 	}
+	for _, in := range snaps {
+		if err := snapshot.Import(opts.FS, tmp, in, lastSnapID); err != nil {
+			return res, err
+		}
+	}
+	res.Snapshots = len(snaps)
 	for _, d := range []string{filepath.Join(tmp, "log"), tmp} {
 		if err := vfs.SyncDir(opts.FS, d); err != nil {
 			return res, err

@@ -76,6 +76,10 @@ type CheckpointRef struct {
 	Group uint64 `json:"group"`
 	Key   string `json:"key"`
 	Size  int64  `json:"size"`
+	// ShippedAt is when the head first naming it was written: every group
+	// it holds was committed by then (pull --at TIME). Zero in heads
+	// written before it existed: such a head is not selectable by time.
+	ShippedAt time.Time `json:"shipped_at,omitzero"`
 }
 
 // Batch names a shipped run of groups First..Last in segment format.
@@ -84,6 +88,9 @@ type Batch struct {
 	Last  uint64 `json:"last"`
 	Key   string `json:"key"`
 	Size  int64  `json:"size"`
+	// ShippedAt is when the head first naming group Last was written
+	// (see CheckpointRef.ShippedAt).
+	ShippedAt time.Time `json:"shipped_at,omitzero"`
 }
 
 func decodeHead(b []byte) (Head, error) {

@@ -86,6 +86,8 @@ type Stats struct {
 	Checkpoints      int64     `json:"checkpoints_shipped"`
 	Merges           int64     `json:"batch_merges"`
 	Rounds           int64     `json:"rounds"`
+	SnapshotsShipped int64     `json:"snapshots_shipped"`
+	SnapshotsRemoved int64     `json:"snapshots_removed"`
 	LastShippedAt    time.Time `json:"last_shipped_at,omitzero"`
 	LastError        string    `json:"last_error,omitempty"`
 	ConsecutiveFails int       `json:"consecutive_failures,omitempty"`
@@ -113,6 +115,10 @@ type Shipper struct {
 	lastPut   time.Time // ShippedAt of the last head this shipper tried to write
 	leaseETag string
 	leaseAt   time.Time
+
+	remoteSnaps  map[uint64]bool   // snapshot entries in the bucket (nil: not listed yet)
+	remoteLastID uint64            // the bucket's snapshots/last-id
+	pendingSnaps map[uint64]uint64 // local snapshots waiting for the head to reach their group
 
 	mu    sync.Mutex
 	stats Stats
@@ -262,7 +268,11 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	var ck *localCheckpoint
 	gap := len(s.buf) > 0 && s.buf[0].n > next
 	compact := (len(s.head.Batches) >= s.opts.CompactBatches || s.needCkpt) && len(s.buf) > 0
-	if gap || compact {
+	// ahead: the local log is past the head with no group to ship; the
+	// groups in between are only in a checkpoint (a workspace pulled with
+	// --at starts from a checkpoint one group past the remote head).
+	ahead := len(s.buf) == 0 && s.local > s.head.Group
+	if gap || compact || ahead {
 		c, err := s.latestCheckpoint()
 		if err != nil {
 			return s.head.Group, err
@@ -284,7 +294,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		}
 	}
 	if ck == nil && len(s.buf) == 0 {
-		return s.head.Group, nil
+		return s.head.Group, s.shipSnapshots(ctx)
 	}
 	var groups []group
 	for _, g := range s.buf {
@@ -332,7 +342,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		if err := s.opts.Store.Put(ctx, key, ck.file); err != nil {
 			return s.head.Group, err
 		}
-		nh.Checkpoint = &CheckpointRef{Group: ck.group, Key: key, Size: int64(len(ck.file))}
+		nh.Checkpoint = &CheckpointRef{Group: ck.group, Key: key, Size: int64(len(ck.file)), ShippedAt: s.opts.Now().UTC()}
 		nh.Batches = nil
 		nh.Group = ck.group
 		for _, b := range s.head.Batches {
@@ -356,7 +366,9 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return s.head.Group, err
 	}
+	shippedAt := s.opts.Now().UTC()
 	for _, b := range bs {
+		b.ShippedAt = shippedAt
 		nh.Batches = append(nh.Batches, b)
 		nh.Group = b.Last
 	}
@@ -394,7 +406,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 			s.lg.Warn("ship: merging the head's log batches failed; will retry", "err", err)
 		}
 	}
-	return s.head.Group, nil
+	return s.head.Group, s.shipSnapshots(ctx)
 }
 
 // uploadBatches uploads groups (contiguous, ascending) as segment-format
@@ -527,6 +539,15 @@ func (s *Shipper) mergeBatches(ctx context.Context) error {
 	bs, err := s.uploadBatches(ctx, groups)
 	if err != nil {
 		return err
+	}
+	// A merged batch was shipped when the batch holding its last group
+	// was: keep that time, so pull --at TIME stays exact.
+	for j := range bs {
+		for _, ob := range s.head.Batches[i:] {
+			if ob.First <= bs[j].Last && bs[j].Last <= ob.Last {
+				bs[j].ShippedAt = ob.ShippedAt
+			}
+		}
 	}
 	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint,
 		Batches: append(append([]Batch(nil), keep...), bs...)}
