@@ -16,6 +16,7 @@ import (
 	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
+	"wsfs/internal/remote"
 	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -51,6 +52,8 @@ first); fsync returns once everything before it is durable.`)
 	readyFile := flags.String("ready-file", "", "create this file once the mount is live (for scripts and supervisors); removed at exit")
 	logLevel := flags.String("log-level", "info", "debug, info, warn or error")
 	debugFUSE := flags.Bool("debug-fuse", false, "log every FUSE request (very verbose)")
+	steal := flags.Bool("steal", false, "remote tier: take the workspace's lease over although another host holds it (only once that lease has expired: its host is gone)")
+	remoteFsync := flags.Bool("remote-fsync", false, "remote tier: every fsync returns only once its group is in the remote (as the config's remote.sync_fsync); needs the workspace's shipper running")
 	cpuProfile := flags.String("cpuprofile", "", "diagnostic: write a pprof CPU profile of the daemon to FILE at a clean exit (default: $WSFS_CPUPROFILE_DIR/NAME-PID.pprof if that variable is set)")
 	if err := parseFlags(flags, args); err != nil {
 		return err
@@ -115,8 +118,13 @@ first); fsync returns once everything before it is durable.`)
 		}
 	}
 
+	rem, err := daemonRemote(ctx, h, *steal, *remoteFsync)
+	if err != nil {
+		return err
+	}
 	err = daemon.Run(ctx, daemon.Config{
-		Host: h, Name: name, MountPoint: mp,
+		Remote: rem,
+		Host:   h, Name: name, MountPoint: mp,
 		GroupRecords: *groupRecords, GroupWindow: *groupWindow, Drain: d,
 		EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout,
 		Passthrough: *passthrough, Writeback: *writeback, DebugFUSE: *debugFUSE,
@@ -125,9 +133,12 @@ first); fsync returns once everything before it is durable.`)
 	})
 	var oe *daemon.OpenError
 	var pe *fusefs.PreconditionError
+	var re *daemon.RefusedError
 	switch {
 	case errors.As(err, &oe):
 		return classifyOpenError(name, oe.Err)
+	case errors.As(err, &re):
+		return preconditionError{err}
 	case errors.As(err, &pe):
 		return preconditionError{err}
 	}
@@ -207,4 +218,29 @@ func startCPUProfile(path string) (stop func(*slog.Logger), err error) {
 			lg.Warn("CPU profile not written", "path", path, "err", err)
 		}
 	}, nil
+}
+
+// daemonRemote returns the daemon's remote-tier settings when the host has
+// a remote tier (nil when it has none; --steal and --remote-fsync then
+// are usage errors).
+func daemonRemote(ctx context.Context, h *host.Host, steal, remoteFsync bool) (*daemon.Remote, error) {
+	cfg, err := remote.ReadConfig(h)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Enabled() {
+		if steal || remoteFsync {
+			return nil, usageError{fmt.Sprintf("--steal and --remote-fsync need a remote tier: host %s has no \"remote\" section in %s", h.Home(), host.ConfigFile)}
+		}
+		return nil, nil
+	}
+	_, st, err := openRemote(ctx, h, "")
+	if err != nil {
+		return nil, err
+	}
+	id, err := remote.HostID(h)
+	if err != nil {
+		return nil, err
+	}
+	return &daemon.Remote{Store: st, HostID: id, LeaseTTL: cfg.LeaseTTL(), Steal: steal, SyncFsync: remoteFsync || cfg.SyncFsync}, nil
 }

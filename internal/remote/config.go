@@ -48,6 +48,10 @@ type Config struct {
 	// renewal (default 30): after a host is lost, another host can take
 	// its workspaces over (pull --steal) once this much time has passed.
 	LeaseTTLSeconds int `json:"lease_ttl_seconds,omitempty"`
+	// SyncFsync makes every fsync on this host's mounts return only once
+	// the group holding it is in the remote (as `wsfs mount
+	// --remote-fsync`); a remote failure fails the fsync with EIO.
+	SyncFsync bool `json:"sync_fsync,omitempty"`
 }
 
 // LeaseTTL is LeaseTTLSeconds as a duration (0: the default).
