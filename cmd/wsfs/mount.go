@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"wsfs/internal/commit"
 	"wsfs/internal/daemon"
@@ -54,6 +55,7 @@ first); fsync returns once everything before it is durable.`)
 	debugFUSE := flags.Bool("debug-fuse", false, "log every FUSE request (very verbose)")
 	steal := flags.Bool("steal", false, "remote tier: take the workspace's lease over although another host holds it (only once that lease has expired: its host is gone)")
 	remoteFsync := flags.Bool("remote-fsync", false, "remote tier: every fsync returns only once its group is in the remote (as the config's remote.sync_fsync); needs the workspace's shipper running")
+	remoteFsyncTimeout := flags.Duration("remote-fsync-timeout", 60*time.Second, "with --remote-fsync: an fsync whose group is not in the remote this long after it committed locally fails with EIO")
 	cpuProfile := flags.String("cpuprofile", "", "diagnostic: write a pprof CPU profile of the daemon to FILE at a clean exit (default: $WSFS_CPUPROFILE_DIR/NAME-PID.pprof if that variable is set)")
 	if err := parseFlags(flags, args); err != nil {
 		return err
@@ -118,7 +120,7 @@ first); fsync returns once everything before it is durable.`)
 		}
 	}
 
-	rem, err := daemonRemote(ctx, h, *steal, *remoteFsync)
+	rem, err := daemonRemote(ctx, h, *steal, *remoteFsync, *remoteFsyncTimeout)
 	if err != nil {
 		return err
 	}
@@ -223,7 +225,7 @@ func startCPUProfile(path string) (stop func(*slog.Logger), err error) {
 // daemonRemote returns the daemon's remote-tier settings when the host has
 // a remote tier (nil when it has none; --steal and --remote-fsync then
 // are usage errors).
-func daemonRemote(ctx context.Context, h *host.Host, steal, remoteFsync bool) (*daemon.Remote, error) {
+func daemonRemote(ctx context.Context, h *host.Host, steal, remoteFsync bool, timeout time.Duration) (*daemon.Remote, error) {
 	cfg, err := remote.ReadConfig(h)
 	if err != nil {
 		return nil, err
@@ -242,5 +244,5 @@ func daemonRemote(ctx context.Context, h *host.Host, steal, remoteFsync bool) (*
 	if err != nil {
 		return nil, err
 	}
-	return &daemon.Remote{Store: st, HostID: id, LeaseTTL: cfg.LeaseTTL(), Steal: steal, SyncFsync: remoteFsync || cfg.SyncFsync}, nil
+	return &daemon.Remote{Store: st, HostID: id, LeaseTTL: cfg.LeaseTTL(), Steal: steal, SyncFsync: remoteFsync || cfg.SyncFsync, SyncTimeout: timeout}, nil
 }

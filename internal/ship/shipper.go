@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -89,8 +90,12 @@ type Stats struct {
 	SnapshotsShipped int64     `json:"snapshots_shipped"`
 	SnapshotsRemoved int64     `json:"snapshots_removed"`
 	LastShippedAt    time.Time `json:"last_shipped_at,omitzero"`
-	LastError        string    `json:"last_error,omitempty"`
-	ConsecutiveFails int       `json:"consecutive_failures,omitempty"`
+	// Retries counts rounds run after a failed round; Errors counts
+	// failed rounds by ErrorKind.
+	Retries          int64            `json:"retries"`
+	Errors           map[string]int64 `json:"errors_by_kind,omitempty"`
+	LastError        string           `json:"last_error,omitempty"`
+	ConsecutiveFails int              `json:"consecutive_failures,omitempty"`
 }
 
 // Shipper ships one workspace. Round and Stats may not be called
@@ -160,6 +165,7 @@ func (s *Shipper) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
+	st.Errors = maps.Clone(s.stats.Errors)
 	return st
 }
 
@@ -198,7 +204,14 @@ func (s *Shipper) Round(ctx context.Context) (uint64, error) {
 	shipped, err := s.round(ctx)
 	s.mu.Lock()
 	s.stats.Rounds++
+	if s.stats.ConsecutiveFails > 0 {
+		s.stats.Retries++
+	}
 	if err != nil {
+		if s.stats.Errors == nil {
+			s.stats.Errors = map[string]int64{}
+		}
+		s.stats.Errors[ErrorKind(err)]++
 		s.stats.LastError = err.Error()
 		s.stats.ConsecutiveFails++
 	} else {
