@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -194,4 +195,54 @@ func TestRemoteFsync(t *testing.T) {
 		t.Fatalf("fsync with the remote down: %v after %v; want EIO\n%s", err, time.Since(start), outD)
 	}
 	t.Logf("fsync with the remote down: %v after %v", err, time.Since(start).Round(time.Millisecond))
+}
+
+// TestRemoteFsyncCost measures fsync latency (p50/p99) of small files on
+// a mount with --remote-fsync against one without (both with a shipper to
+// the same versitygw on 127.0.0.1) and against the native filesystem, in
+// the same run and interleaved. Set WSFS_REMOTE_FSYNC_BENCH to the number
+// of fsyncs per variant (docs/benchmarks.md, "Remote fsync").
+func TestRemoteFsyncCost(t *testing.T) {
+	n := 0
+	if v := os.Getenv("WSFS_REMOTE_FSYNC_BENCH"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	if n <= 0 {
+		t.Skip("set WSFS_REMOTE_FSYNC_BENCH=N to measure")
+	}
+	requireMount(t)
+	srv := s3test.Start(t)
+	home := filepath.Join(t.TempDir(), "home")
+	wsfsCommand(t, "init", "--home", home)
+	setRemote(t, home, srv.Config("cost"))
+	dirs := map[string]string{"native": t.TempDir()}
+	for _, v := range []string{"local", "remote"} {
+		name := "cost-" + v
+		wsfsCommand(t, "create", "--home", home, name)
+		var extra []string
+		if v == "remote" {
+			extra = []string{"--remote-fsync"}
+		}
+		_, _, mnt, _ := startDaemon(t, home, name, extra...)
+		startShipper(t, home, name)
+		dirs[v] = mnt
+	}
+	lat := map[string][]time.Duration{}
+	data := []byte(strings.Repeat("y", 4096))
+	for i := range n {
+		for _, v := range []string{"native", "local", "remote"} {
+			start := time.Now()
+			writeSynced(t, filepath.Join(dirs[v], fmt.Sprintf("f%05d", i)), data)
+			lat[v] = append(lat[v], time.Since(start))
+		}
+	}
+	pct := func(d []time.Duration, p int) time.Duration {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[min(len(s)-1, len(s)*p/100)]
+	}
+	for _, v := range []string{"native", "local", "remote"} {
+		t.Logf("%-6s create+write 4 KiB+fsync+close: p50 %v p99 %v (n=%d)", v, pct(lat[v], 50).Round(10*time.Microsecond), pct(lat[v], 99).Round(10*time.Microsecond), n)
+	}
+	t.Logf("remote/local p50 ratio %.1f, p99 ratio %.1f", float64(pct(lat["remote"], 50))/float64(pct(lat["local"], 50)), float64(pct(lat["remote"], 99))/float64(pct(lat["local"], 99)))
 }

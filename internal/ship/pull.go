@@ -77,8 +77,10 @@ func (e *CorruptRemoteError) Error() string {
 // pool (each verified against its hash: a corrupt object is a
 // *CorruptRemoteError naming it, never wrong bytes), syncs them, and
 // writes a checkpoint of the tree at the head's group plus an empty log
-// that continues after it. The daemon then recovers it like any other
-// workspace.
+// that continues after it. The shipped snapshots are imported into the
+// local catalog, their objects fetched too. With opts.At an earlier state
+// is restored instead (see At), as a checkpoint one group past the head.
+// The daemon then recovers it like any other workspace.
 func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default

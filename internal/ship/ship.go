@@ -32,7 +32,9 @@
 //     batches);
 //  3. the groups, re-framed as segment files (log/<first>-<last>.seg);
 //  4. the head (workspaces/NAME/head), naming the checkpoint and the
-//     batches that bring it to the last shipped group.
+//     batches that bring it to the last shipped group;
+//  5. the snapshots whose group the head now names: their objects, then
+//     their catalog entries (snapshots.go, "Snapshots in the bucket").
 //
 // A restore reads only what the head names, so a crash or an error between
 // any two uploads leaves the previous head, whose every referenced file and
