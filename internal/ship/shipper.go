@@ -124,6 +124,8 @@ type Shipper struct {
 	remoteSnaps  map[uint64]bool   // snapshot entries in the bucket (nil: not listed yet)
 	remoteLastID uint64            // the bucket's snapshots/last-id
 	pendingSnaps map[uint64]uint64 // local snapshots waiting for the head to reach their group
+	prevLocal    []uint64          // the local catalog's IDs when the bucket last matched it
+	snapsInSync  bool
 
 	mu    sync.Mutex
 	stats Stats

@@ -153,12 +153,18 @@ func remoteSnapshotObjects(ctx context.Context, st remote.Store, name string, fn
 // shipSnapshots makes the bucket's snapshot entries follow the local
 // catalog (see "Snapshots in the bucket"): new entries whose group the
 // head names are shipped after their objects, removed ones deleted, and
-// last-id raised. It costs one directory listing when nothing changed.
+// last-id raised. It costs one directory listing when nothing changed
+// (the last-id file is read only when the listing changed: a removal
+// changes the listing).
 func (s *Shipper) shipSnapshots(ctx context.Context) error {
 	local, err := snapshot.IDs(s.opts.FS, s.opts.Dir)
 	if err != nil {
 		return err
 	}
+	if s.remoteSnaps != nil && s.snapsInSync && len(s.pendingSnaps) == 0 && slices.Equal(local, s.prevLocal) {
+		return nil // nothing changed since the last round that completed
+	}
+	s.snapsInSync = false
 	if s.remoteSnaps == nil {
 		ids, lastID, err := remoteSnapshotIDs(ctx, s.opts.Store, s.opts.Name)
 		if err != nil {
@@ -173,6 +179,11 @@ func (s *Shipper) shipSnapshots(ctx context.Context) error {
 	isLocal := map[uint64]bool{}
 	for _, id := range local {
 		isLocal[id] = true
+	}
+	for id := range s.pendingSnaps {
+		if !isLocal[id] {
+			delete(s.pendingSnaps, id)
+		}
 	}
 	lastID, err := snapshot.LastID(s.opts.FS, s.opts.Dir)
 	if err != nil {
@@ -235,5 +246,6 @@ func (s *Shipper) shipSnapshots(ctx context.Context) error {
 		s.mu.Unlock()
 		s.lg.Debug("shipped snapshot", "id", id, "group", in.Group)
 	}
+	s.prevLocal, s.snapsInSync = local, true
 	return nil
 }
