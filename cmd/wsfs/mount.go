@@ -224,7 +224,7 @@ func startCPUProfile(path string) (stop func(*slog.Logger), err error) {
 
 // daemonRemote returns the daemon's remote-tier settings when the host has
 // a remote tier (nil when it has none; --steal and --remote-fsync then
-// are usage errors).
+// are refused, exit 3).
 func daemonRemote(ctx context.Context, h *host.Host, steal, remoteFsync bool, timeout time.Duration) (*daemon.Remote, error) {
 	cfg, err := remote.ReadConfig(h)
 	if err != nil {
@@ -232,7 +232,7 @@ func daemonRemote(ctx context.Context, h *host.Host, steal, remoteFsync bool, ti
 	}
 	if !cfg.Enabled() {
 		if steal || remoteFsync {
-			return nil, usageError{fmt.Sprintf("--steal and --remote-fsync need a remote tier: host %s has no \"remote\" section in %s", h.Home(), host.ConfigFile)}
+			return nil, preconditionError{fmt.Errorf("--steal and --remote-fsync need a remote tier: host %s has no \"remote\" section in %s (see README, \"Remote tier\")", h.Home(), host.ConfigFile)}
 		}
 		return nil, nil
 	}
