@@ -22,7 +22,7 @@ import (
 // Bounds of every wait on a daemon. None is a performance threshold: each
 // only turns a hang into a failure that says what hung.
 const (
-	readyTimeout   = 30 * time.Second // mount until the ready file appears
+	readyTimeout   = 60 * time.Second // mount until the ready file appears (a recovery at load 30 took over 30 s)
 	stopTimeout    = 30 * time.Second // SIGTERM until the daemon exits
 	killTimeout    = 10 * time.Second // SIGKILL until the daemon is reaped
 	commandTimeout = 60 * time.Second // wsfs init / create, umount
@@ -127,6 +127,8 @@ type mountOpts struct {
 	// count it as a detection).
 	allowCorrupt bool
 	refused      string
+	// daemonLog is set by mountWorkspace: the daemon's output so far.
+	daemonLog *lockedBuffer
 }
 
 // daemon is one `wsfs mount` child process.
@@ -178,6 +180,7 @@ func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
 	args = append(args, opts.name, mnt)
 
 	d := &daemon{stderr: &lockedBuffer{}, done: make(chan struct{})}
+	opts.daemonLog = d.stderr
 	d.cmd = exec.Command(wsfsBin, args...)
 	d.cmd.Stdout = d.stderr
 	d.cmd.Stderr = d.stderr
@@ -222,8 +225,15 @@ func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			// SIGQUIT first: the Go runtime prints every goroutine's stack,
+			// which tells a daemon stuck in a call from one starved of CPU.
+			d.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-d.done:
+			case <-time.After(killTimeout):
+			}
 			stop(true)
-			t.Fatalf("wsfs mount: no ready file %s within %v; stderr:\n%s", ready, readyTimeout, d.stderr)
+			t.Fatalf("wsfs mount: no ready file %s within %v; stderr (with the goroutine dump of SIGQUIT):\n%s", ready, readyTimeout, d.stderr)
 		}
 	}
 	var st unix.Statfs_t
@@ -304,9 +314,14 @@ func wsfsCommand(t *testing.T, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, wsfsBin, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, wsfsBin, args...)
+	// On timeout SIGQUIT, so the output holds every goroutine's stack (what
+	// the command was stuck in); SIGKILL 5 s later if that does not end it.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("wsfs %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("wsfs %s: %v (bound %v)\n%s", strings.Join(args, " "), err, commandTimeout, out)
 	}
 }
 

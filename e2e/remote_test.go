@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -574,6 +575,52 @@ func TestRemoteProfile(t *testing.T) {
 	t.Logf("pull on host B: %.2fs (%s); mounted and first file read %.2fs after the pull started",
 		pulled.Seconds(), strings.TrimSpace(out), firstRead.Seconds())
 	fmt.Printf("BenchmarkRemoteProfile/%s/pull 1 %d ns/op\nBenchmarkRemoteProfile/%s/first-read 1 %d ns/op\n", name, pulled.Nanoseconds(), name, firstRead.Nanoseconds())
+	// The pull is lazy: the daemon's prefetch makes everything local
+	// meanwhile. Time to all local, against the link: every object got
+	// from the server with as many parallel GETs, nothing written.
+	wsDirB := filepath.Join(homeB, "state", "workspaces", "ws")
+	if !waitFor(10*time.Minute, func() bool {
+		_, ok, _ := ship.ReadFetchState(vfs.Default, wsDirB)
+		return !ok
+	}) {
+		t.Fatalf("host B: the prefetch did not finish within 10 minutes")
+	}
+	allLocal := time.Since(pstart)
+	ids := map[string]bool{}
+	keys, err := st.List(context.Background(), "objects/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		ids[k] = true
+	}
+	lstart := time.Now()
+	var linkBytes atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan string)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				b, err := st.Get(context.Background(), k)
+				if err != nil {
+					t.Error(err)
+				}
+				linkBytes.Add(int64(len(b)))
+			}
+		}()
+	}
+	for k := range ids {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	link := time.Since(lstart)
+	t.Logf("host B: all content local %.2fs after the pull started; the link alone (GET of all %d objects, %.1f MB, 4 parallel like the prefetch): %.2fs (%.1f MB/s)",
+		allLocal.Seconds(), len(ids), float64(linkBytes.Load())/1e6, link.Seconds(), float64(linkBytes.Load())/1e6/link.Seconds())
+	fmt.Printf("BenchmarkRemoteProfile/%s/all-local 1 %d ns/op\nBenchmarkRemoteProfile/%s/link-get-all 1 %d ns/op %.2f MB/s\n",
+		name, allLocal.Nanoseconds(), name, link.Nanoseconds(), float64(linkBytes.Load())/1e6/link.Seconds())
 	// Everything is there and equal.
 	for i, f := range set.Files {
 		if i%17 != 0 {

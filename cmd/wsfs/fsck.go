@@ -11,7 +11,10 @@ import (
 
 	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
+	"wsfs/internal/remote"
+	"wsfs/internal/ship"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -122,6 +125,11 @@ const (
 // report to w.
 func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repair bool, stamp string) (fsckResult, error) {
 	opts := workspace.CheckOptions{Dir: h.WorkspaceDir(name), Pool: p, VerifyData: verify}
+	notFetched, remoteName, err := fsckNotFetched(h, name)
+	if err != nil {
+		return 0, err
+	}
+	opts.NotFetched = notFetched
 	// Whether a daemon serves it, for the report only: from the mount
 	// table, not by trying the lock (that would make a daemon starting at
 	// this instant fail). Repair takes the lock and finds out for sure.
@@ -132,6 +140,10 @@ func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repai
 		return 0, err
 	}
 	printReport(w, name, rep, locked)
+	if rep.NotFetched > 0 {
+		fmt.Fprintf(w, "%s: note: %d objects not yet fetched from %s (pulled lazily: they are fetched on first read and by the daemon's prefetch; not damage)\n",
+			name, rep.NotFetched, remoteName)
+	}
 	snaps, err := snapshot.Check(vfs.Default, opts.Dir, p, verify)
 	if err != nil {
 		return 0, fmt.Errorf("snapshots: %w", err)
@@ -253,4 +265,46 @@ func printReport(w io.Writer, name string, rep *workspace.Report, served bool) {
 		}
 		fmt.Fprintf(w, "  to do: %s\n", strings.ReplaceAll(p.Do, "wsfs fsck --repair", "wsfs fsck --repair "+name))
 	}
+}
+
+// fsckNotFetched returns, for a workspace pulled lazily (ship.FetchState),
+// the CheckOptions.NotFetched of its objects: listed in the pull and
+// present in the remote (a HEAD each, bounded in time; an object the
+// remote does not have either is missing). nil for other workspaces.
+func fsckNotFetched(h *host.Host, name string) (func(objid.ID) bool, string, error) {
+	st, ok, err := ship.ReadFetchState(vfs.Default, h.WorkspaceDir(name))
+	if err != nil || !ok {
+		return nil, "", err
+	}
+	ids, err := st.IDs()
+	if err != nil {
+		return nil, "", err
+	}
+	rc, err := remote.ParseURL(st.Remote)
+	if err != nil {
+		return nil, "", err
+	}
+	if hc, err := remote.ReadConfig(h); err == nil {
+		rc.CredentialsFile, rc.Profile = hc.CredentialsFile, hc.Profile
+	}
+	store, err := remote.OpenS3(context.Background(), rc)
+	if err != nil {
+		return nil, "", err
+	}
+	pulled := make(map[objid.ID]bool, len(ids))
+	for _, id := range ids {
+		pulled[id] = true
+	}
+	return func(id objid.ID) bool {
+		if !pulled[id] {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ok, err := store.Exists(ctx, remote.ObjectKey(id.String()))
+		// An unreachable remote cannot say: the object is reported
+		// missing, with the fetch error's advice in the log of the
+		// daemon's reads.
+		return err == nil && ok
+	}, rc.String(), nil
 }

@@ -52,6 +52,9 @@ first); fsync returns once everything before it is durable.`)
 	attrTimeout := flags.Duration("attr-timeout", fusefs.DefaultTimeout, "how long the kernel caches attributes")
 	readyFile := flags.String("ready-file", "", "create this file once the mount is live (for scripts and supervisors); removed at exit")
 	logLevel := flags.String("log-level", "info", "debug, info, warn or error")
+	prefetch := flags.Bool("prefetch", true, "for a workspace pulled lazily (wsfs pull): fetch its contents from the remote in the background (false: only when read; also the host config's remote.no_prefetch)")
+	prefetchParallel := flags.Int("prefetch-parallel", 4, "concurrent fetches of the background prefetch")
+	fetchTimeout := flags.Duration("fetch-timeout", time.Minute, "bound on one fetch of a not-yet-local object from the remote (a read past it fails with EIO)")
 	debugFUSE := flags.Bool("debug-fuse", false, "log every FUSE request (very verbose)")
 	steal := flags.Bool("steal", false, "remote tier: take the workspace's lease over although another host holds it (only once that lease has expired: its host is gone)")
 	remoteFsync := flags.Bool("remote-fsync", false, "remote tier: every fsync returns only once its group is in the remote (as the config's remote.sync_fsync); needs the workspace's shipper running")
@@ -73,6 +76,9 @@ first); fsync returns once everything before it is durable.`)
 	}
 	if *groupRecords < 1 || *groupWindow <= 0 {
 		return usageError{"--group-records and --group-window must be positive"}
+	}
+	if *prefetchParallel < 1 || *fetchTimeout <= 0 {
+		return usageError{"--prefetch-parallel and --fetch-timeout must be positive"}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -131,6 +137,7 @@ first); fsync returns once everything before it is durable.`)
 		EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout,
 		Passthrough: *passthrough, Writeback: *writeback, DebugFUSE: *debugFUSE,
 		MetricsAddr: *metricsAddr, ReadyFile: *readyFile, Logger: lg,
+		NoPrefetch: !*prefetch, PrefetchParallel: *prefetchParallel, FetchTimeout: *fetchTimeout,
 		Serving: func(mp string) { fmt.Fprintf(g.stderr, "wsfs: serving %s at %s\n", name, mp) },
 	})
 	var oe *daemon.OpenError

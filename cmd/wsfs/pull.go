@@ -26,10 +26,16 @@ func init() {
 const pullAbout = `
 Restores workspace NAME from the remote tier on this host (after the loss
 of its host, or to move it here): reads the workspace's head, checkpoint and
-log from the bucket (each verified), fetches every pool object the tree
-references into the local pool (verified by hash: a corrupt remote object
-is an error naming it, exit 4, never wrong bytes), and registers the
-workspace, which then mounts as usual. It first takes the workspace's
+log from the bucket (each verified) and registers the workspace, which
+then mounts at once: file contents stay in the bucket and the daemon
+fetches each pool object into the local pool on its first read (verified
+by hash: a corrupt or missing remote object makes that read fail with
+EIO and an ERROR line naming the object, never wrong bytes), while a
+background prefetch fetches the rest (wsfs mount --prefetch=false, or
+"no_prefetch": true in the host config's remote section, turns it off;
+wsfs status shows its progress). --fetch-all instead fetches every
+object before returning (a corrupt remote object is then an error naming
+it, exit 4). It first takes the workspace's
 lease in the bucket: a workspace another host serves is refused (exit 3)
 with the holder and the lease's age; --steal takes over a lease that has
 expired (its host is gone). The agent state database is restored
@@ -51,15 +57,14 @@ The state is restored as a new group one past the remote head's (group
 numbers never go back), and shipped right away as the workspace's new
 remote head: later states that no snapshot holds are then left to remote
 GC. The agent state is restored as of the same time.
-
-Not done yet: the tree first and contents on first read (today every object
-is fetched before the workspace is registered).`
+`
 
 func runPull(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "pull", "NAME", pullAbout)
 	g.homeFlag(fs)
 	from := fs.String("from", "", "remote URL s3://BUCKET[/PREFIX]?endpoint=URL&region=R&path-style=true (default: the host config's remote)")
 	noAgent := fs.Bool("no-agent-state", false, "do not restore the agent state database")
+	fetchAll := fs.Bool("fetch-all", false, "fetch every pool object the workspace references before returning (default: the daemon fetches them on first read and in the background)")
 	steal := fs.Bool("steal", false, "take the workspace's lease over even though another host holds it (only once that lease has expired: its host is gone)")
 	atArg := fs.String("at", "", "restore the state of a shipped snapshot (ID or label) or the latest shipped state at or before a time (RFC 3339, or a duration ago like 15m)")
 	if err := parseFlags(fs, args); err != nil {
@@ -115,7 +120,8 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	start := time.Now()
-	res, err := ship.Pull(ctx, ship.PullOptions{Store: st, Name: name, Dir: h.WorkspaceDir(name), Pool: p, At: at})
+	res, err := ship.Pull(ctx, ship.PullOptions{Store: st, Name: name, Dir: h.WorkspaceDir(name), Pool: p, At: at,
+		Lazy: !*fetchAll, RemoteURL: cfg.URL()})
 	if err != nil {
 		var ce *ship.CorruptRemoteError
 		if errors.As(err, &ce) {
@@ -129,8 +135,13 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 	if err := h.RegisterWorkspace(name); err != nil {
 		return fmt.Errorf("pull %s: register the workspace in the pool: %w", name, err)
 	}
-	fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d objects (%d fetched), %d snapshots, %d bytes in %.2fs\n",
-		name, res.Group, st, res.Inodes, res.Objects, res.Fetched, res.Snapshots, res.BytesGot, time.Since(start).Seconds())
+	if *fetchAll {
+		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d objects (%d fetched), %d snapshots, %d bytes in %.2fs\n",
+			name, res.Group, st, res.Inodes, res.Objects, res.Fetched, res.Snapshots, res.BytesGot, time.Since(start).Seconds())
+	} else {
+		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d bytes in %.2fs (tree %.2fs, local write %.2fs); %d objects are fetched on first read and in the background\n",
+			name, res.Group, st, res.Inodes, res.BytesGot, time.Since(start).Seconds(), res.TreeTime.Seconds(), res.WriteTime.Seconds(), res.Objects)
+	}
 	if !at.IsZero() {
 		fmt.Fprintf(g.stdout, "%s: --at %s selected %s\n", name, *atArg, res.Selected)
 		if res.Group != res.AsOf {

@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"wsfs/internal/daemon"
 	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/ship"
 	"wsfs/internal/supervisor"
+	"wsfs/internal/vfs"
 )
 
 func init() {
@@ -71,7 +74,42 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	printShipStatus(g, h, now)
+	printFetchStatus(g, h)
 	return nil
+}
+
+// printFetchStatus prints one line per workspace pulled lazily (wsfs
+// pull) whose contents are not all local yet: the daemon's fetch
+// progress, or the number of objects left when no daemon reports it.
+func printFetchStatus(g *globals, h *host.Host) {
+	names, err := h.Workspaces()
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		fst, ok, err := ship.ReadFetchState(vfs.Default, h.WorkspaceDir(n))
+		if err != nil {
+			fmt.Fprintf(g.stdout, "fetch %s: %v\n", n, err)
+			continue
+		}
+		ds, _, derr := daemon.ReadStatus(filepath.Join(h.WorkspaceDir(n), daemon.StatusName))
+		switch {
+		case derr == nil && ds.Fetch != nil:
+			f := ds.Fetch
+			progress := fmt.Sprintf("%d of %d objects local (prefetch running)", f.Local, f.Objects)
+			switch {
+			case f.Done:
+				progress = fmt.Sprintf("all %d objects local", f.Objects)
+			case !f.Prefetch:
+				progress = fmt.Sprintf("prefetch off: of %d objects, those read are fetched", f.Objects)
+			}
+			fmt.Fprintf(g.stdout, "fetch %s: %s; %d fetched by the daemon (%s), %d failed, from %s\n",
+				n, progress, f.Fetched, humanBytes(f.Bytes), f.Failed, f.Remote)
+		case ok:
+			fmt.Fprintf(g.stdout, "fetch %s: pulled lazily (%d objects, not all local yet; no daemon reports progress) from %s\n",
+				n, len(fst.Objects), fst.Remote)
+		}
+	}
 }
 
 // printShipStatus prints one line per workspace with a shipper status

@@ -54,6 +54,14 @@ type Config struct {
 	// Remote, if set: the workspace's lease is held while serving, and
 	// fsync may wait for the remote (see Remote).
 	Remote *Remote
+
+	// For a workspace pulled lazily (`wsfs pull`; see fetch.go):
+	// NoPrefetch turns the background prefetch off (objects then stay
+	// remote until read); PrefetchParallel bounds its concurrent fetches
+	// (default 4); FetchTimeout bounds one fetch (default 60s).
+	NoPrefetch       bool
+	PrefetchParallel int
+	FetchTimeout     time.Duration
 }
 
 // OpenError wraps a failure to open (recover) the workspace, so that the
@@ -70,7 +78,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
+	lazy, err := openLazyPull(ctx, h, h.WorkspaceDir(name), cfg)
+	if err != nil {
+		return &OpenError{err}
+	}
+	popts := pool.Options{Logger: lg}
+	if lazy != nil {
+		popts.Fetcher = lazy.fetcher
+	}
+	p, err := pool.Open(vfs.Default, h.PoolDir(), popts)
 	if err != nil {
 		return fmt.Errorf("open pool %s: %w", h.PoolDir(), err)
 	}
@@ -152,6 +168,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 				BytesInline: s.BytesInline, BytesPooled: s.BytesPooled, BytesDeduped: s.BytesDeduped,
 				Failed: s.Failed != nil, Stalled: s.Stalled != nil}
 		})
+		if lazy != nil {
+			m.WatchFetch(func() metrics.FetchStats { return lazy.metrics(p) })
+		}
 		ms, err := m.Serve(cfg.MetricsAddr)
 		if err != nil {
 			return err
@@ -165,7 +184,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer stopControl()
-	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), StatusName), ws, lg)
+	var fetchStatus func() *FetchStatus
+	if lazy != nil {
+		fetchStatus = func() *FetchStatus { return lazy.status(p) }
+		if !cfg.NoPrefetch && !lazy.noPrefetch {
+			pctx, cancelPrefetch := context.WithCancel(ctx)
+			wait := lazy.startPrefetch(pctx, h.WorkspaceDir(name), p, cfg.PrefetchParallel, lg)
+			defer func() { cancelPrefetch(); wait() }()
+		} else {
+			lg.Info("prefetch off: contents are fetched from the remote only when read", "remote", lazy.remote)
+		}
+	}
+	stopStatus := startStatusFile(ctx, filepath.Join(h.WorkspaceDir(name), StatusName), ws, fetchStatus, lg)
 	defer stopStatus()
 	stopWatch := watchWorkspaceDir(h.WorkspaceDir(name), time.Second, lg)
 	defer stopWatch()

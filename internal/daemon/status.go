@@ -22,6 +22,9 @@ type Status struct {
 	Pending     int64     `json:"pending"`           // records not yet committed
 	Failed      string    `json:"failed"`            // non-empty once the workspace failed
 	Stalled     string    `json:"stalled,omitempty"` // non-empty while commits wait for space on the log's filesystem
+	// Fetch is the progress of a lazily pulled workspace's fetches from
+	// the remote tier (nil for a workspace whose contents are all local).
+	Fetch *FetchStatus `json:"fetch,omitempty"`
 }
 
 // ReadStatus reads the status file at path and returns it with the file's
@@ -47,10 +50,15 @@ func ReadStatus(path string) (Status, time.Time, error) {
 // ends or the returned stop is called; stop writes it once more so the
 // file shows the final commit. The file is replaced by rename and never
 // synced: it is a live view, not state.
-func startStatusFile(ctx context.Context, path string, ws *workspace.Workspace, lg *slog.Logger) (stop func()) {
+//
+// fetch, if not nil, gives the Fetch part.
+func startStatusFile(ctx context.Context, path string, ws *workspace.Workspace, fetch func() *FetchStatus, lg *slog.Logger) (stop func()) {
 	write := func() {
 		s := ws.Stats()
 		st := Status{Group: s.CommittedGroup, CommittedAt: s.CommittedAt, Pending: int64(s.Pending)}
+		if fetch != nil {
+			st.Fetch = fetch()
+		}
 		if s.Failed != nil {
 			st.Failed = s.Failed.Error()
 		}

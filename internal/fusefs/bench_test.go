@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"wsfs/internal/metrics"
 
 	_ "modernc.org/sqlite"
@@ -318,5 +320,94 @@ func writeSynced(b *testing.B, p string, data []byte) {
 	}
 	if err := f.Close(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkFileOps is the single-threaded microbenchmark of issue 10's
+// item 2, on wsfs and on a plain directory of the test's file system in
+// the same run: per file of 2 KiB, create+write+close, stat, open+read+
+// close and unlink (each phase on all files before the next, in a fresh
+// directory), with raw system calls. Each metric is microseconds per
+// operation; -reqs metrics are FUSE requests per operation (wsfs only).
+// Compare the arms as ratios within one run: the machine's load moves both.
+func BenchmarkFileOps(b *testing.B) {
+	for _, arm := range []string{"native", "wsfs"} {
+		b.Run(arm, func(b *testing.B) {
+			var root string
+			var m *metrics.Metrics
+			if arm == "native" {
+				root = b.TempDir()
+			} else {
+				m = metrics.New("bench")
+				root = newEnv(b, Options{Metrics: m}).path("")
+			}
+			const n = 2000
+			data := bytes.Repeat([]byte("x"), 2048)
+			buf := make([]byte, 4096)
+			phases := []struct {
+				name string
+				op   func(p string) error
+			}{
+				{"create", func(p string) error {
+					fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+					if err != nil {
+						return err
+					}
+					if _, err := unix.Write(fd, data); err != nil {
+						unix.Close(fd)
+						return err
+					}
+					return unix.Close(fd)
+				}},
+				{"stat", func(p string) error {
+					var st unix.Stat_t
+					return unix.Stat(p, &st)
+				}},
+				{"open+read+close", func(p string) error {
+					fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+					if err != nil {
+						return err
+					}
+					_, err = unix.Read(fd, buf)
+					unix.Close(fd)
+					return err
+				}},
+				{"unlink", unix.Unlink},
+			}
+			took := make([]time.Duration, len(phases))
+			reqs := make([]float64, len(phases))
+			for i := 0; i < b.N; i++ {
+				d := filepath.Join(root, fmt.Sprintf("run%d", i))
+				if err := os.Mkdir(d, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				names := make([]string, n)
+				for j := range names {
+					names[j] = filepath.Join(d, fmt.Sprintf("f%05d", j))
+				}
+				for k, ph := range phases {
+					var r0 float64
+					if m != nil {
+						r0 = totalOps(b, m)
+					}
+					start := time.Now()
+					for _, p := range names {
+						if err := ph.op(p); err != nil {
+							b.Fatalf("%s %s: %v", ph.name, p, err)
+						}
+					}
+					took[k] += time.Since(start)
+					if m != nil {
+						reqs[k] += totalOps(b, m) - r0
+					}
+				}
+			}
+			for k, ph := range phases {
+				b.ReportMetric(float64(took[k].Nanoseconds())/1e3/float64(b.N*n), ph.name+"-us/op")
+				if m != nil {
+					b.ReportMetric(reqs[k]/float64(b.N*n), ph.name+"-reqs/op")
+				}
+			}
+		})
 	}
 }

@@ -61,7 +61,8 @@ type rawFS struct {
 	ioMu struct {
 		sync.Mutex
 		inodes   map[workspace.Ino]*inodeIO
-		released chan struct{} // closed and replaced at every RELEASE
+		released chan struct{} // closed and replaced at a RELEASE while waiting > 0
+		waiting  int           // opens waiting in chooseIO for a RELEASE
 	}
 }
 
@@ -558,6 +559,21 @@ type openDir struct {
 	}
 }
 
+// OpenDir opens a directory with the kernel's directory cache kept
+// (FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE): the kernel keeps the entries it read
+// through any handle in the directory's page cache and serves later
+// listings from it without READDIR. That is safe for the same reason as the
+// long entry timeouts: every change to the tree passes through this kernel,
+// which drops the cached listing itself when the directory changes (its
+// version is bumped by every create, link, unlink, rmdir and rename in it).
+// Whatever changes a directory behind the kernel's back must invalidate the
+// directory's inode (its page cache holds the listing).
+//
+// The handle's snapshot is still taken here, not at the first READDIR: a
+// listing the kernel started from its cache continues through this handle
+// at the offset it reached when the directory changes meanwhile, and the
+// cache was filled from the same directory state as this snapshot (the
+// cache would otherwise have been dropped), so the offsets agree.
 func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) (st fuse.Status) {
 	defer r.done(opOpenDir, time.Now(), &st)
 	ino := workspace.Ino(in.NodeId)
@@ -570,6 +586,7 @@ func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenO
 	fh := r.nextFh.Add(1)
 	r.dirs.Store(fh, d)
 	out.Fh = fh
+	out.OpenFlags |= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	return fuse.OK
 }
 

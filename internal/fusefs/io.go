@@ -108,12 +108,14 @@ func (r *rawFS) chooseIO(of *openFile, flags int, a *workspace.Attr, out *fuse.O
 			return syscall.ETXTBSY
 		}
 		ch := r.ioMu.released
+		r.ioMu.waiting++
 		r.ioMu.Unlock()
 		select {
 		case <-ch:
 		case <-time.After(left):
 		}
 		r.ioMu.Lock()
+		r.ioMu.waiting--
 	}
 	of.mode = ioCached
 	st.cached++
@@ -189,8 +191,12 @@ func (r *rawFS) releaseIO(of *openFile) {
 	if st == nil {
 		return
 	}
-	close(r.ioMu.released) // wake opens waiting in chooseIO
-	r.ioMu.released = make(chan struct{})
+	if r.ioMu.waiting > 0 {
+		// Wake the opens waiting in chooseIO; without waiters the
+		// channel is left alone (no allocation per RELEASE).
+		close(r.ioMu.released)
+		r.ioMu.released = make(chan struct{})
+	}
 	switch of.mode {
 	case ioCached:
 		st.cached--

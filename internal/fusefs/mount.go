@@ -32,7 +32,11 @@
 //     every other kind of open of the file, so a writer would get ETXTBSY
 //     (see inodeIO).
 //   - MaxWrite 1 MiB, MaxBackground 64, concurrent dispatch (never
-//     SingleThreaded).
+//     SingleThreaded), no splice (replies are copied from memory).
+//   - directory listings cached by the kernel (FOPEN_CACHE_DIR, fs.go
+//     OpenDir): a directory listed again costs OPENDIR and RELEASEDIR,
+//     no READDIRPLUS; symlink targets cached too (one READLINK per
+//     symlink).
 //   - no lock capabilities: flock and fcntl locks stay in the kernel
 //     (TestLocks).
 //   - Each write(2) also costs one GETXATTR "security.capability" round
@@ -203,6 +207,17 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 		// right after it was written costs a READ (measured: OPEN,
 		// GETATTR, READ, FLUSH, RELEASE per 4 KiB file; with it, no READ).
 		ExplicitDataCacheControl: true,
+		// No splice: every READ reply is a byte slice (the engine reads
+		// into the request's buffer), which go-fuse would otherwise first
+		// try to push through a pipe (a pipe from its pool, an fcntl to
+		// grow it, a writev of the header) before falling back to a copy,
+		// and for 1 MiB replies, larger than the pipe's maximum size, log
+		// "trySplice: ... max pipe size" at every READ.
+		DisableSplice: true,
+		// Symlink targets cached in the kernel's page cache: a symlink's
+		// target never changes (there is no operation that rewrites it),
+		// so a path through a symlink costs READLINK only once per inode.
+		EnableSymlinkCaching: true,
 		// Concurrent dispatch: a request never waits behind another.
 		SingleThreaded:       false,
 		ExtraCapabilities:    extra,

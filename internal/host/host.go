@@ -416,9 +416,11 @@ func (h *Host) CheckMountPoint(mp string, mounts []string) error {
 // CheckNotOnWsfs refuses a host whose STATE or POOL lies on one of the
 // wsfs mounts mounts (CheckMountPoint's second half, for the commands
 // that make a host or a workspace: a host there could never be mounted).
+// mounts come from the kernel's mount table and are never looked up
+// (mountPath).
 func (h *Host) CheckNotOnWsfs(mounts []string) error {
 	for _, m := range mounts {
-		rm := resolve(m)
+		rm := mountPath(m)
 		for _, d := range []string{h.state, h.pool} {
 			if within(resolve(d), rm) {
 				return fmt.Errorf("%w: the host directory %s lies on the wsfs mount %s; state and pool must be on a native filesystem", ErrMountInHost, d, m)
@@ -433,12 +435,20 @@ func (h *Host) CheckNotOnWsfs(mounts []string) error {
 func CheckHomeNotOnWsfs(home string, mounts []string) error {
 	rh := resolve(home)
 	for _, m := range mounts {
-		if within(rh, resolve(m)) {
+		if within(rh, mountPath(m)) {
 			return fmt.Errorf("%w: the host directory %s lies on the wsfs mount %s; a host's state and pool must be on a native filesystem (its daemons would write through a wsfs mount, and 'wsfs mount' refuses such a host)", ErrMountInHost, home, m)
 		}
 	}
 	return nil
 }
+
+// mountPath is mount point m of the kernel's mount table, as it is
+// compared with resolved paths. The table's mount points are resolved
+// already (the kernel records the path of the mounted-on directory), so m
+// is used as it is and never stat'ed: a stat of a FUSE mount point asks
+// its daemon, and blocks for as long as that daemon does not answer
+// (stopped, stuck, or another host's and overloaded).
+func mountPath(m string) string { return filepath.Clean(m) }
 
 // resolve makes p absolute and resolves symbolic links in its longest
 // existing prefix (a path not created yet resolves as far as it exists).

@@ -482,6 +482,12 @@ func CheckRegistry(ph PoolHost, pool string, reg bool) (present []string, unregi
 		if _, err := vfs.Default.Stat(hs.RemovingDir(n)); err == nil {
 			continue
 		}
+		// ph may be older than the directory listing: a `wsfs rm` that
+		// finished in between moved the directory away, unregistered it
+		// and deleted it. Only a name still registered now is missing.
+		if _, err := vfs.Default.Stat(filepath.Join(pool, poolHostsDir, ph.ID, registryDir, n)); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		return nil, nil, fmt.Errorf("%w: workspace %s is registered in %s but %s does not exist: "+
 			"is the state filesystem of host %s mounted? (`wsfs layout status`); if the workspace was deleted by hand, "+
 			"remove %s", ErrIdentity, n, filepath.Join(pool, poolHostsDir, ph.ID, registryDir), hs.WorkspaceDir(n), ph.ID,

@@ -126,3 +126,31 @@ func mustCreate(t *testing.T, h *Host, name string) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckRegistryStaleList: a PoolHosts list read before a `wsfs rm`
+// finished (directory moved away, unregistered, deleted) still names the
+// removed workspace; CheckRegistry with that list accepts it as removed
+// instead of refusing (gc under load failed with exit 3 when a fork was
+// removed during its pass; found by TestGCUnderLoadLifecycle).
+func TestCheckRegistryStaleList(t *testing.T) {
+	h, err := Init(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b"} {
+		if err := h.CreateWorkspace(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale, err := PoolHosts(h.PoolDir())
+	if err != nil || len(stale) != 1 {
+		t.Fatalf("PoolHosts = %+v, %v", stale, err)
+	}
+	if err := h.RemoveWorkspace("a"); err != nil {
+		t.Fatal(err)
+	}
+	present, _, err := CheckRegistry(stale[0], h.PoolDir(), false)
+	if err != nil || !slices.Equal(present, []string{"b"}) {
+		t.Fatalf("CheckRegistry with a list from before the rm = %v, %v; want [b] and no error", present, err)
+	}
+}

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"sort"
 
 	"wsfs/internal/namespace"
@@ -178,8 +179,26 @@ func EntryChanged(a, b *Entry) bool {
 // (inline in one tree, an object in the other, which happens only across
 // a change of InlineMax or ChunkSize) compare as different; every write
 // path of one workspace produces one form for one size.
+//
+// Content with pending ranges is named by the hash of its base's ID and
+// its ranges: the same bytes folded into chunks compare as different (a
+// false "modified", never a missed change).
 func ContentID(c *namespace.Content) objid.ID {
 	switch {
+	case c.Ranges != nil:
+		base := c.Base()
+		id := ContentID(&base)
+		h := objid.NewHasher()
+		h.Write([]byte{kindRanged})
+		h.Write(id[:])
+		var num [binary.MaxVarintLen64]byte
+		h.Write(num[:binary.PutUvarint(num[:], c.BaseSize)])
+		for _, r := range c.Ranges {
+			h.Write(num[:binary.PutUvarint(num[:], r.Off)])
+			h.Write(num[:binary.PutUvarint(num[:], uint64(len(r.Data)))])
+			h.Write(r.Data)
+		}
+		return h.Sum()
 	case c.IsChunked():
 		h := objid.NewHasher()
 		h.Write([]byte{kindChunked, c.ChunkShift})

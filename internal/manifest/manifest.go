@@ -62,6 +62,7 @@ const (
 	kindInline  = 0
 	kindObject  = 1
 	kindChunked = 3
+	kindRanged  = 4 // base content + ranges (namespace.Content.Ranges)
 )
 
 // ErrBadManifest is wrapped by every decoding error.
@@ -151,6 +152,47 @@ func appendTime(b []byte, t Time) []byte {
 	return binary.AppendUvarint(b, uint64(t.Nsec))
 }
 
+// appendContent appends a regular file's content:
+//
+//	kind:u8 (0: inline:bytes | 1: object:[32]u8 |
+//	         3: chunked: shift:u8 count:uvarint [32]u8*count |
+//	         4: ranged: basesize:uvarint base:content(kind 0, 1 or 3)
+//	            count:uvarint (off:uvarint data:bytes)*count)
+//
+// Kind 4 (content with pending ranges, see namespace.Content) was added
+// after version 1's first release; manifests without it are unchanged,
+// and a build from before it refuses it ("unknown content kind").
+func appendContent(b []byte, c *namespace.Content) []byte {
+	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	switch {
+	case c.Ranges != nil:
+		b = append(b, kindRanged)
+		u(c.BaseSize)
+		base := c.Base()
+		b = appendContent(b, &base)
+		u(uint64(len(c.Ranges)))
+		for _, r := range c.Ranges {
+			u(r.Off)
+			u(uint64(len(r.Data)))
+			b = append(b, r.Data...)
+		}
+	case c.IsChunked():
+		b = append(b, kindChunked, c.ChunkShift)
+		u(uint64(len(c.Chunks)))
+		for i := range c.Chunks {
+			b = append(b, c.Chunks[i][:]...)
+		}
+	case c.IsObject:
+		b = append(b, kindObject)
+		b = append(b, c.Object[:]...)
+	default:
+		b = append(b, kindInline)
+		u(uint64(len(c.Inline)))
+		b = append(b, c.Inline...)
+	}
+	return b
+}
+
 func appendEntry(b []byte, e *Entry) []byte {
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	b = appendStr(b, e.Name)
@@ -177,22 +219,7 @@ func appendEntry(b []byte, e *Entry) []byte {
 	case e.IsDir():
 		b = append(b, e.Dir[:]...)
 	case e.IsReg():
-		c := &e.Content
-		switch {
-		case c.IsChunked():
-			b = append(b, kindChunked, c.ChunkShift)
-			u(uint64(len(c.Chunks)))
-			for i := range c.Chunks {
-				b = append(b, c.Chunks[i][:]...)
-			}
-		case c.IsObject:
-			b = append(b, kindObject)
-			b = append(b, c.Object[:]...)
-		default:
-			b = append(b, kindInline)
-			u(uint64(len(c.Inline)))
-			b = append(b, c.Inline...)
-		}
+		b = appendContent(b, &e.Content)
 	case e.IsSymlink():
 		b = appendStr(b, e.Target)
 	}
@@ -440,8 +467,36 @@ func (d *decoder) entry() Entry {
 }
 
 func (d *decoder) content(size uint64) namespace.Content {
+	return d.contentNested(size, true)
+}
+
+// contentNested decodes a content; ranged says whether kind 4 is allowed
+// (not inside a ranged content's base).
+func (d *decoder) contentNested(size uint64, ranged bool) namespace.Content {
 	var c namespace.Content
 	switch k := d.byte1("content kind"); k {
+	case kindRanged:
+		if !ranged {
+			d.fail("ranged content as the base of ranged content")
+			return c
+		}
+		base := d.uvarint("base size")
+		c = d.contentNested(base, false)
+		c.BaseSize = base
+		n := d.uvarint("range count")
+		if d.err != nil {
+			return c
+		}
+		// Each range takes at least 3 bytes: bound the allocation first.
+		if n == 0 || n > namespace.MaxRanges || n > uint64(len(d.b)/3) {
+			d.fail(fmt.Sprintf("range count %d with %d bytes left", n, len(d.b)))
+			return c
+		}
+		c.Ranges = make([]namespace.Range, n)
+		for i := range c.Ranges {
+			c.Ranges[i].Off = d.uvarint("range offset")
+			c.Ranges[i].Data = d.bytes("range data", namespace.MaxRangeBytes)
+		}
 	case kindInline:
 		c.Inline = d.bytes("inline content", -1)
 	case kindObject:

@@ -13,6 +13,7 @@ const (
 	contentInline  = 0
 	contentObject  = 1
 	contentChunked = 3
+	contentRanged  = 4 // checkpoints only: base content + ranges (Content.Ranges)
 )
 
 // Chunk sizes are powers of two between these shifts. The small end exists
@@ -40,6 +41,15 @@ var HoleChunk objid.ID
 //     exactly that length, or HoleChunk (zeros). len(Chunks) ==
 //     ChunkCount(size, ChunkShift), which is at least 1.
 //
+// Ranges, when not nil, overlay that base content: the fields above then
+// describe BaseSize bytes (not the file's size), and the file's bytes are
+// the base's, zeros from BaseSize on, with each range's Data written at its
+// Off in order (later ranges win). BaseSize is at most the file size and
+// every range ends at or before it. Ranges come from WriteRange records
+// (small writes to a large file logged as bytes instead of chunk objects);
+// the workspace folds them into a new base before they exceed MaxRanges or
+// MaxRangeBytes.
+//
 // The slices are immutable once the content is published (applied to a
 // tree or encoded in a record): trees, records and readers share them.
 type Content struct {
@@ -48,6 +58,56 @@ type Content struct {
 	IsObject   bool
 	Chunks     []objid.ID
 	ChunkShift uint8
+
+	BaseSize uint64
+	Ranges   []Range
+}
+
+// Range is bytes written at Off over a file's base content.
+type Range struct {
+	Off  uint64
+	Data []byte
+}
+
+// Bounds on a content's ranges (Apply and the decoders enforce them): at
+// most MaxRanges ranges holding at most MaxRangeBytes bytes in total, and
+// at most MaxRangeRecord bytes in one WriteRange record.
+const (
+	MaxRanges      = 4096
+	MaxRangeBytes  = 4 << 20
+	MaxRangeRecord = 1 << 20
+)
+
+// Base returns c without its ranges: the content of its first BaseSize
+// bytes (c itself when it has no ranges).
+func (c *Content) Base() Content {
+	b := *c
+	b.BaseSize, b.Ranges = 0, nil
+	return b
+}
+
+// RangeBytes is the number of bytes c's ranges hold.
+func (c *Content) RangeBytes() int {
+	t := 0
+	for _, r := range c.Ranges {
+		t += len(r.Data)
+	}
+	return t
+}
+
+// Overlay writes the bytes of c's ranges that fall in [off, off+len(p))
+// over p, which holds the base content's bytes there (zeros past
+// BaseSize).
+func (c *Content) Overlay(p []byte, off uint64) {
+	end := off + uint64(len(p))
+	for _, r := range c.Ranges {
+		rend := r.Off + uint64(len(r.Data))
+		if rend <= off || r.Off >= end {
+			continue
+		}
+		lo, hi := max(off, r.Off), min(end, rend)
+		copy(p[lo-off:hi-off], r.Data[lo-r.Off:hi-r.Off])
+	}
 }
 
 // IsChunked reports whether c is chunked content.
@@ -64,6 +124,25 @@ func (c *Content) Validate(size uint64) error {
 	switch {
 	case size > MaxFileSize:
 		return fmt.Errorf("size %d exceeds the maximum %d", size, uint64(MaxFileSize))
+	case c.Ranges != nil:
+		if c.BaseSize > size {
+			return fmt.Errorf("base size %d beyond the file size %d", c.BaseSize, size)
+		}
+		if len(c.Ranges) == 0 || len(c.Ranges) > MaxRanges {
+			return fmt.Errorf("%d ranges (want 1 to %d)", len(c.Ranges), MaxRanges)
+		}
+		total := 0
+		for _, r := range c.Ranges {
+			if len(r.Data) == 0 || r.Off > size || uint64(len(r.Data)) > size-r.Off {
+				return fmt.Errorf("range of %d bytes at %d for size %d", len(r.Data), r.Off, size)
+			}
+			total += len(r.Data)
+		}
+		if total > MaxRangeBytes {
+			return fmt.Errorf("ranges hold %d bytes, more than %d", total, MaxRangeBytes)
+		}
+		b := c.Base()
+		return b.Validate(c.BaseSize)
 	case c.IsChunked():
 		if c.IsObject || c.Inline != nil {
 			return fmt.Errorf("chunked content also names an object or inline bytes")
@@ -103,8 +182,20 @@ func (c *Content) Objects(fn func(objid.ID)) {
 // appendContent appends the encoding shared by records and checkpoints:
 //
 //	kind:u8 (0: inline:bytes | 1: object:[32]u8 |
-//	         3: chunked: shift:u8 count:uvarint [32]u8*count)
+//	         3: chunked: shift:u8 count:uvarint [32]u8*count |
+//	         4: ranged: basesize:uvarint base:content(kind 0, 1 or 3)
+//	            count:uvarint (off:uvarint data:bytes)*count)
+//
+// Kind 4 appears only in checkpoints (records carry ranges as WriteRange
+// records); a build from before it refuses it ("unknown content kind").
 func appendContent(b []byte, c *Content) []byte {
+	if c.Ranges != nil {
+		b = append(b, contentRanged)
+		b = binary.AppendUvarint(b, c.BaseSize)
+		base := c.Base()
+		b = appendContent(b, &base)
+		return appendRanges(b, c.Ranges)
+	}
 	switch {
 	case c.IsChunked():
 		b = append(b, contentChunked, c.ChunkShift)
@@ -123,6 +214,40 @@ func appendContent(b []byte, c *Content) []byte {
 	return b
 }
 
+// appendRanges appends count:uvarint (off:uvarint data:bytes)*count.
+func appendRanges(b []byte, rs []Range) []byte {
+	b = binary.AppendUvarint(b, uint64(len(rs)))
+	for _, r := range rs {
+		b = binary.AppendUvarint(b, r.Off)
+		b = binary.AppendUvarint(b, uint64(len(r.Data)))
+		b = append(b, r.Data...)
+	}
+	return b
+}
+
+// ranges decodes appendRanges output (data aliases the input), at most
+// max ranges.
+func (d *decoder) ranges(max int) []Range {
+	n := d.uvarint("range count")
+	if d.err != nil {
+		return nil
+	}
+	// Each range takes at least 3 bytes: bound the allocation by the input.
+	if n == 0 || n > uint64(max) || n > uint64(len(d.b)/3) {
+		d.fail(fmt.Sprintf("range count %d (at most %d) with %d bytes left", n, max, len(d.b)))
+		return nil
+	}
+	rs := make([]Range, n)
+	for i := range rs {
+		rs[i].Off = d.uvarint("range offset")
+		rs[i].Data = d.bytes("range data", MaxRangeRecord)
+		if d.err == nil && len(rs[i].Data) == 0 {
+			d.fail("empty range")
+		}
+	}
+	return rs
+}
+
 // contentOfKind decodes the body of content kind k (the kind byte already
 // read) for a file of the given size. Inline bytes alias the input; chunk
 // lists are copied. ok is false for a kind this function does not know
@@ -134,6 +259,23 @@ func (d *decoder) contentOfKind(k byte, size uint64) (c Content, ok bool) {
 	case contentObject:
 		c.IsObject = true
 		c.Object = d.fixed32("object id")
+	case contentRanged:
+		base := d.uvarint("base size")
+		k := d.byte1("base content kind")
+		if d.err == nil && (k == contentRanged || k == contentNone) {
+			d.fail(fmt.Sprintf("base content kind %d", k))
+			return c, true
+		}
+		var ok bool
+		if c, ok = d.contentOfKind(k, base); !ok {
+			d.fail(fmt.Sprintf("unknown base content kind %d", k))
+			return c, true
+		}
+		c.BaseSize = base
+		c.Ranges = d.ranges(MaxRanges)
+		if d.err == nil && c.Ranges == nil {
+			d.fail("ranged content without ranges")
+		}
 	case contentChunked:
 		c.ChunkShift = d.byte1("chunk shift")
 		n := d.uvarint("chunk count")

@@ -33,12 +33,21 @@ const (
 	// a record ("unknown op 12") instead of misreading it, and every other
 	// record keeps its version 1 bytes.
 	opSetContentWide Op = 12
+
+	// OpWriteRange writes bytes over a regular file's content and sets its
+	// size (never below the current size) and mtime: small writes to a
+	// large file, logged instead of new chunk objects. Applied, it adds
+	// Content.Ranges (the content before it becomes the base). Its mtime
+	// must fit int64 nanoseconds (the workspace writes a SetContent
+	// otherwise). Builds from before it refuse it ("unknown op 13").
+	OpWriteRange Op = 13
 )
 
 var opNames = [...]string{
 	OpCreate: "create", OpMkdir: "mkdir", OpSymlink: "symlink", OpLink: "link",
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
 	OpSetContent: "setcontent", OpSetXattr: "setxattr", OpRemoveXattr: "removexattr",
+	OpWriteRange: "writerange",
 }
 
 func (o Op) String() string {
@@ -106,6 +115,9 @@ const (
 //	op 12       = SetContent with mtime as sec:zigzag nsec:uvarint
 //	SetXattr    = ino name:str value:bytes time
 //	RemoveXattr = ino name:str time
+//	WriteRange  = ino size mtime:ns time count (off data:bytes)*count
+//	              (op 13; Content.Ranges, in order; 1 to MaxRanges ranges
+//	              of at most MaxRangeRecord bytes in total)
 //
 // For Unlink, Rmdir and Rename, Ino is the inode the entry named when the
 // change was made; replay checks it, which catches a log that does not match
@@ -228,6 +240,15 @@ func (r *Record) Encode(buf []byte) []byte {
 		}
 		t(r.Time)
 		b = appendContent(b, &r.Content)
+	case OpWriteRange:
+		if !r.Mtime.FitsNs() {
+			panic("namespace: WriteRange record with an mtime outside int64 nanoseconds")
+		}
+		u(uint64(r.Ino))
+		u(r.Size)
+		t(r.Mtime.Ns())
+		t(r.Time)
+		b = appendRanges(b, r.Content.Ranges)
 	case OpSetXattr:
 		u(uint64(r.Ino))
 		s(r.Name)
@@ -457,8 +478,32 @@ func DecodeRecord(data []byte) (*Record, error) {
 		r.Time = d.varint("time")
 		k := d.byte1("content kind")
 		var ok bool
-		if r.Content, ok = d.contentOfKind(k, r.Size); !ok {
+		if k == contentRanged {
+			d.fail("ranged content in a record (ranges travel as WriteRange records)")
+		} else if r.Content, ok = d.contentOfKind(k, r.Size); !ok {
 			d.fail(fmt.Sprintf("unknown content kind %d", k))
+		}
+	case OpWriteRange:
+		r.Ino = d.ino("ino")
+		r.Size = d.uvarint("size")
+		r.Mtime = FromNs(d.varint("mtime"))
+		r.Time = d.varint("time")
+		r.Content.Ranges = d.ranges(MaxRanges)
+		if d.err == nil {
+			total := 0
+			for _, rg := range r.Content.Ranges {
+				total += len(rg.Data)
+				if rg.Off > r.Size || uint64(len(rg.Data)) > r.Size-rg.Off {
+					d.fail(fmt.Sprintf("range of %d bytes at %d beyond size %d", len(rg.Data), rg.Off, r.Size))
+					break
+				}
+			}
+			if total > MaxRangeRecord {
+				d.fail(fmt.Sprintf("ranges of %d bytes in one record, more than %d", total, MaxRangeRecord))
+			}
+			if r.Size > MaxFileSize {
+				d.fail(fmt.Sprintf("size %d exceeds the maximum %d", r.Size, uint64(MaxFileSize)))
+			}
 		}
 	case OpSetXattr:
 		r.Ino = d.ino("ino")

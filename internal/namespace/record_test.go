@@ -45,6 +45,8 @@ func sampleRecords() []*Record {
 		{Op: OpSetAttr, Ino: 2, Mask: AttrMtime, Mtime: Timestamp{Sec: -14831769600, Nsec: 999999999}, Time: 24},
 		{Op: OpSetAttr, Ino: 2, Mask: AttrMode | AttrAtime, Mode: 0o644, Atime: Timestamp{Sec: math.MinInt64}, Time: 25},
 		{Op: OpSetContent, Ino: 2, Size: 1, Mtime: Timestamp{Sec: math.MaxInt64, Nsec: 1}, Time: 26, Content: Content{Inline: []byte("w")}},
+		// Added with range records; the lines above are unchanged.
+		{Op: OpWriteRange, Ino: 2, Size: 5<<19 + 9, Mtime: FromNs(27), Time: 28, Content: Content{Ranges: []Range{{Off: 24, Data: []byte{1}}, {Off: 5 << 19, Data: []byte("appended!")}}}},
 	}
 }
 
@@ -116,6 +118,10 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"wide times that fit ns", []byte{byte(OpSetAttr), 2, byte(AttrMtime | attrWideTimes), 4, 0, 0}},
 		{"wide mtime that fits ns", []byte{byte(opSetContentWide), 2, 0, 4, 0, 0, contentInline, 0}},
 		{"wide time with a second of ns", []byte{byte(OpSetAttr), 2, byte(AttrMtime | attrWideTimes), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x80, 0x94, 0xeb, 0xdc, 0x03, 0}},
+		{"range past the size", (&Record{Op: OpWriteRange, Ino: 2, Size: 4, Content: Content{Ranges: []Range{{Off: 2, Data: []byte("abc")}}}}).Encode(nil)},
+		{"empty range", []byte{byte(OpWriteRange), 2, 4, 0, 0, 1, 0, 0}},
+		{"no ranges", []byte{byte(OpWriteRange), 2, 4, 0, 0, 0}},
+		{"ranged content in setcontent", []byte{byte(OpSetContent), 2, 1, 0, 0, contentRanged, 0, contentInline, 0, 1, 0, 1, 'a'}},
 		{"huge name", append([]byte{byte(OpCreate), 2, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, bytes.Repeat([]byte("a"), 10)...)},
 	} {
 		if _, err := DecodeRecord(tc.data); !errors.Is(err, ErrBadRecord) {

@@ -358,6 +358,31 @@ func (t *Tree) Apply(r *Record) error {
 		n.Ctime = FromNs(r.Time)
 		return nil
 
+	case OpWriteRange:
+		n := t.Get(r.Ino)
+		if n == nil {
+			return bad(syscall.ENOENT, "inode %d does not exist", r.Ino)
+		}
+		if !n.IsReg() {
+			return bad(syscall.EINVAL, "range for non-regular inode %d", r.Ino)
+		}
+		if r.Size < n.Size {
+			return bad(syscall.EINVAL, "inode %d: range record shrinks size %d to %d", r.Ino, n.Size, r.Size)
+		}
+		c := n.Content
+		if c.Ranges == nil {
+			c.BaseSize = n.Size
+		}
+		c.Ranges = append(append(make([]Range, 0, len(c.Ranges)+len(r.Content.Ranges)), c.Ranges...), r.Content.Ranges...)
+		if err := c.Validate(r.Size); err != nil {
+			return bad(syscall.EINVAL, "inode %d: %v", r.Ino, err)
+		}
+		n.Content = c
+		n.Size = r.Size
+		n.Mtime = r.Mtime
+		n.Ctime = FromNs(r.Time)
+		return nil
+
 	case OpSetXattr, OpRemoveXattr:
 		n := t.Get(r.Ino)
 		if n == nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -22,6 +23,14 @@ func sum(b []byte) objid.ID { return sha256.Sum256(b) }
 // compared with trees built from the same records, so one form per file).
 func sumContent(n *Inode) objid.ID {
 	switch c := &n.Content; {
+	case c.Ranges != nil:
+		base := &Inode{Content: c.Base()}
+		id := sumContent(base)
+		b := append(id[:], fmt.Sprint(c.BaseSize)...)
+		for _, r := range c.Ranges {
+			b = append(append(b, fmt.Sprintf(";%d:", r.Off)...), r.Data...)
+		}
+		return sum(b)
 	case c.IsChunked():
 		var b []byte
 		for _, id := range c.Chunks {
@@ -218,6 +227,16 @@ func checkpointRecords() (base, chunked, wide []*Record) {
 	return base, chunked, wide
 }
 
+// rangedRecords extend the wide checkpoint golden's records with range
+// records: a chunked file and an object file with pending ranges.
+func rangedRecords() []*Record {
+	_, _, wide := checkpointRecords()
+	return append(slices.Clone(wide),
+		&Record{Op: OpWriteRange, Ino: 7, Size: 3 << 20, Mtime: FromNs(33), Time: 34, Content: Content{Ranges: []Range{{Off: 3<<20 - 1, Data: []byte("z")}, {Off: 5, Data: []byte("hdr")}}}},
+		&Record{Op: OpWriteRange, Ino: 7, Size: 3<<20 + 4, Mtime: FromNs(35), Time: 36, Content: Content{Ranges: []Range{{Off: 3 << 20, Data: []byte("tail")}}}},
+		&Record{Op: OpWriteRange, Ino: 4, Size: 1<<20 + 2, Mtime: FromNs(37), Time: 38, Content: Content{Ranges: []Range{{Off: 1 << 20, Data: []byte("ok")}}}})
+}
+
 // times lists every inode's times, for comparing trees (Dump leaves them
 // out).
 func times(tr *Tree) map[Ino][3]Timestamp {
@@ -245,6 +264,7 @@ func TestCheckpointGolden(t *testing.T) {
 		{"checkpoint-v1-chunked.golden", chunked, false},
 		{"checkpoint-v2-chunked.golden", chunked, true},
 		{"checkpoint-v2-wide.golden", wide, true},
+		{"checkpoint-v2-ranged.golden", rangedRecords(), true},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			tr := build(t, tc.recs...)
@@ -318,7 +338,7 @@ func TestContentValidate(t *testing.T) {
 // it never panics. (The CRC makes random damage fail early; the fuzzer also
 // learns to fix it up, which exercises the structural checks.)
 func FuzzDecodeCheckpoint(f *testing.F) {
-	for _, name := range []string{"checkpoint-v1.golden", "checkpoint-v1-chunked.golden", "checkpoint-v2-chunked.golden", "checkpoint-v2-wide.golden"} {
+	for _, name := range []string{"checkpoint-v1.golden", "checkpoint-v1-chunked.golden", "checkpoint-v2-chunked.golden", "checkpoint-v2-wide.golden", "checkpoint-v2-ranged.golden"} {
 		if golden, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
 			if raw, err := hex.DecodeString(strings.TrimSpace(string(golden))); err == nil {
 				f.Add(raw)

@@ -110,6 +110,18 @@
 // A corrupt object is remembered, and the next Put of its content replaces
 // it durably.
 //
+// # Fetching (lazy pull)
+//
+// A pool opened with a Fetcher (Options.Fetcher: the remote tier a
+// workspace was pulled from) treats a missing object as not yet fetched:
+// Open, ReadAll, Protect and SyncObjects fetch it, hash it, and publish it
+// with Put (so the usual publication rules hold) before going on; Open and
+// ReadAll also replace a corrupt local object from it. Bytes that do not
+// hash to the name are a *FetchError and are never published. Concurrent
+// fetches of one object share one call. A fetch is not synced; whoever
+// needs it durable syncs it (the drain, or the prefetch's SyncObjects),
+// and until then the Fetcher stays the object's source (fetch.go).
+//
 // # Failed syncs (fsyncgate)
 //
 // A failed SyncData means the kernel may have dropped the dirty pages, so a

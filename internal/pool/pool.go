@@ -30,6 +30,12 @@ type Options struct {
 	// system's mtime, and GC compares mtimes with Clock()-grace. Tests
 	// advance it to age objects.
 	Clock func() time.Time
+	// Fetcher, if set, is where objects that are not local come from
+	// (a workspace pulled lazily from the remote tier): Open, ReadAll,
+	// Protect and SyncObjects fetch a missing object from it, verify it
+	// and publish it before going on; Open and ReadAll also replace a
+	// corrupt local object from it. See fetch.go.
+	Fetcher Fetcher
 }
 
 // Names under the pool directory and prefixes of temps in tmp/.
@@ -80,6 +86,9 @@ type Pool struct {
 	// holds); refresh is the age of an object's mtime past which the drain
 	// protects it again (see SyncObjects).
 	minGrace, trust, refresh time.Duration
+	// fetcher is Options.Fetcher (nil: none); fetchStats counts its use.
+	fetcher    Fetcher
+	fetchStats fetchCounters
 
 	mu struct {
 		sync.Mutex
@@ -98,6 +107,8 @@ type Pool struct {
 		// fanout is the state of objects/<x> for each fan-out directory,
 		// indexed by fanoutIndex.
 		fanout [fanouts]uint8
+		// fetching holds the fetch in flight of each object (fetch.go).
+		fetching map[ID]*fetchCall
 	}
 }
 
@@ -167,6 +178,7 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 		tmp:     filepath.Join(dir, tmpDir),
 		log:     opts.Logger,
 		now:     opts.Clock,
+		fetcher: opts.Fetcher,
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -177,6 +189,7 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	p.mu.verified = make(map[ID]int64)
 	p.mu.durable = make(map[ID]time.Time)
 	p.mu.corrupt = make(map[ID]struct{})
+	p.mu.fetching = make(map[ID]*fetchCall)
 	p.writeback = true
 	p.minGrace, p.trust = MinGrace, durableWindow
 	if d := testMinGrace(); d > 0 {
@@ -596,8 +609,17 @@ func (p *Pool) linkIntoPlace(tmp string, id ID, size int64) (dedup bool, err err
 // resolves after the time was set, the time was set before GC moved the
 // inode, so GC sees it and puts the object back; if not, Protect reports
 // the object missing and the caller publishes its own copy.
+//
+// With a Fetcher, a missing object is fetched first (Fetch), so that
+// protecting it makes it local.
 func (p *Pool) Protect(id ID) error {
 	_, err := p.protect(id)
+	if p.fetcher != nil && errors.As(err, new(*MissingObjectError)) {
+		if err := p.fetch(id, false); err != nil {
+			return err
+		}
+		_, err = p.protect(id)
+	}
 	return err
 }
 
@@ -633,7 +655,40 @@ func (p *Pool) protect(id ID) (fs.FileInfo, error) {
 // whenever the file under the name was replaced); a mismatch returns a
 // *CorruptObjectError and the file is not returned. A missing object is a
 // *MissingObjectError.
+//
+// With a Fetcher, a missing object is fetched (verified, published) and
+// a corrupt one replaced from it before Open tries once more; a failed
+// fetch is a *FetchError.
 func (p *Pool) Open(id ID) (vfs.File, error) {
+	f, err := p.open(id)
+	if err = p.refetch(id, err); err != nil {
+		return nil, err
+	}
+	if f == nil {
+		f, err = p.open(id)
+	}
+	return f, err
+}
+
+// refetch decides what a read of id does after its first attempt failed
+// with err: with a Fetcher, a missing object is fetched and a corrupt one
+// replaced (it returns nil, and the caller tries once more, unless
+// the first attempt succeeded); otherwise err stands.
+func (p *Pool) refetch(id ID, err error) error {
+	if err == nil || p.fetcher == nil {
+		return err
+	}
+	switch {
+	case errors.As(err, new(*MissingObjectError)):
+		return p.fetch(id, false)
+	case errors.As(err, new(*CorruptObjectError)):
+		return p.fetch(id, true)
+	}
+	return err
+}
+
+// open is Open without the Fetcher.
+func (p *Pool) open(id ID) (vfs.File, error) {
 	path := p.Path(id)
 	f, err := p.fs.Open(path)
 	if err != nil {
@@ -671,10 +726,17 @@ func (p *Pool) Open(id ID) (vfs.File, error) {
 
 // ReadAll returns the content of object id, verified against id (always,
 // since the bytes are in hand). Errors are as for Open.
+//
+// With a Fetcher, a missing or corrupt object is fetched as for Open.
 func (p *Pool) ReadAll(id ID) ([]byte, error) {
 	data, err := p.readVerified(id)
-	if err != nil {
+	if err = p.refetch(id, err); err != nil {
 		return nil, err
+	}
+	if data == nil {
+		if data, err = p.readVerified(id); err != nil {
+			return nil, err
+		}
 	}
 	p.mu.Lock()
 	setCache(p.mu.verified, id, int64(len(data)))

@@ -68,7 +68,7 @@ func (p *Pool) SyncObjects(ids []ID, parallel int) error {
 			continue
 		}
 		se.Errs = append(se.Errs, err)
-		if errors.As(err, new(*MissingObjectError)) {
+		if errors.As(err, new(*MissingObjectError)) || errors.As(err, new(*FetchError)) {
 			se.Missing = append(se.Missing, todo[i])
 		} else {
 			se.Republish = append(se.Republish, todo[i])
@@ -163,6 +163,14 @@ func (p *Pool) knownDurable(id ID) bool {
 func (p *Pool) syncObject(id ID) (time.Time, error) {
 	path := p.Path(id)
 	f, err := p.fs.Open(path)
+	if errors.Is(err, os.ErrNotExist) && p.fetcher != nil {
+		// Not local yet (a lazily pulled workspace): fetch it, then sync
+		// the fetched copy like any other.
+		if ferr := p.fetch(id, false); ferr != nil {
+			return time.Time{}, ferr
+		}
+		f, err = p.fs.Open(path)
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return time.Time{}, &MissingObjectError{ID: id, Path: path, Err: err}

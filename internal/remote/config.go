@@ -52,6 +52,10 @@ type Config struct {
 	// the group holding it is in the remote (as `wsfs mount
 	// --remote-fsync`); a remote failure fails the fsync with EIO.
 	SyncFsync bool `json:"sync_fsync,omitempty"`
+	// NoPrefetch turns off the background prefetch of lazily pulled
+	// workspaces on this host (as `wsfs mount --prefetch=false` does):
+	// their contents are then fetched only when read.
+	NoPrefetch bool `json:"no_prefetch,omitempty"`
 }
 
 // LeaseTTL is LeaseTTLSeconds as a duration (0: the default).

@@ -72,15 +72,14 @@ func TestPullCorruptOrMissingObject(t *testing.T) {
 	if len(keys) < 2 {
 		t.Fatalf("the tree references %d objects, want at least 2", len(keys))
 	}
-	// Corrupt one object behind the server's back (its posix backend
-	// stores the bytes as a file), and delete another.
-	path := filepath.Join(srv.Dir, srv.Bucket, "corrupt", keys[0])
-	b, err := os.ReadFile(path)
+	// Corrupt one object behind wsfs's back (rewritten through the S3 API,
+	// which works on every engine), and delete another.
+	b, err := st.Get(ctx, keys[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	b[len(b)/2] ^= 0xff
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := st.Put(ctx, keys[0], b); err != nil {
 		t.Fatal(err)
 	}
 	err = pullErr(t, st)
@@ -89,7 +88,7 @@ func TestPullCorruptOrMissingObject(t *testing.T) {
 		t.Fatalf("pull with corrupt %s: %v, want a CorruptRemoteError naming it", keys[0], err)
 	}
 	b[len(b)/2] ^= 0xff
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := st.Put(ctx, keys[0], b); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Delete(ctx, keys[1]); err != nil {

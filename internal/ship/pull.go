@@ -42,6 +42,11 @@ type PullOptions struct {
 	// a checkpoint, so the workspace's group numbers never go back; its
 	// shipper then ships that checkpoint as the new remote head.
 	At At
+	// Lazy: download no object; write FetchStateName (naming RemoteURL)
+	// instead, so that the workspace mounts at once and its daemon fetches
+	// contents on first read and in a background prefetch.
+	Lazy      bool
+	RemoteURL string // the remote as a remote.Config URL (required with Lazy)
 }
 
 // PullResult describes a finished Pull.
@@ -58,6 +63,10 @@ type PullResult struct {
 	Selected    string // the state At chose ("" for the head)
 	AsOf        uint64 // the group whose state was restored (Group, unless At chose an older one)
 	AsOfTime    time.Time
+	// TreeTime is the time to read the head, checkpoint and batches and
+	// rebuild the tree; WriteTime to write the workspace directory
+	// (checkpoint and log, synced).
+	TreeTime, WriteTime time.Duration
 }
 
 // CorruptRemoteError reports a remote file whose bytes do not verify.
@@ -81,6 +90,11 @@ func (e *CorruptRemoteError) Error() string {
 // local catalog, their objects fetched too. With opts.At an earlier state
 // is restored instead (see At), as a checkpoint one group past the head.
 // The daemon then recovers it like any other workspace.
+//
+// With Lazy it downloads no object and writes FetchStateName beside the
+// checkpoint instead (the snapshots' objects listed too): the daemon
+// fetches the objects on first read (each verified by the pool) and in its
+// background prefetch (see Prefetch).
 func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
@@ -100,6 +114,7 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if !ok {
 		return res, fmt.Errorf("pull %s: %s holds no workspace %q (no %s): %w", opts.Name, st, opts.Name, HeadKey(opts.Name), ErrNotShipped)
 	}
+	t0 := time.Now()
 	snaps, lastSnapID, err := RemoteSnapshots(ctx, st, opts.Name)
 	if err != nil {
 		return res, fmt.Errorf("pull %s: read the shipped snapshots: %w", opts.Name, err)
@@ -130,7 +145,16 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 			at = h.Group + 1 // a new group: the state as of sel
 		}
 	}
-	res.Group, res.Inodes = at, tree.Len()
+	res.Group, res.Inodes, res.TreeTime = at, tree.Len(), time.Since(t0)
+	importSnaps := func(tmp string) error {
+		for _, in := range snaps {
+			if err := snapshot.Import(opts.FS, tmp, in, lastSnapID); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	res.Snapshots = len(snaps)
 
 	// Objects: the tree's and the shipped snapshots' (manifests too), so
 	// that the local catalog is whole (local GC and fork read them).
@@ -151,6 +175,24 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	for id := range ids {
 		list = append(list, id)
 	}
+	if opts.Lazy {
+		if opts.RemoteURL == "" {
+			return res, fmt.Errorf("pull %s: a lazy pull needs the remote's URL", opts.Name)
+		}
+		t1 := time.Now()
+		err := writeWorkspace(opts, tree, at, func(tmp string) error {
+			if err := importSnaps(tmp); err != nil {
+				return err
+			}
+			fst := FetchState{Version: FetchStateVersion, Remote: opts.RemoteURL, Group: at, Objects: make([]string, 0, len(list))}
+			for _, id := range list {
+				fst.Objects = append(fst.Objects, id.String())
+			}
+			return writeFetchState(opts.FS, tmp, fst)
+		})
+		res.WriteTime = time.Since(t1)
+		return res, err
+	}
 	var fetched, fetchedBytes atomic.Int64
 	if err := parallel(ctx, opts.Parallel, list, func(ctx context.Context, id objid.ID) error {
 		if _, err := opts.Pool.ReadAll(id); err == nil {
@@ -170,18 +212,23 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if err := opts.Pool.SyncObjects(list, 0); err != nil {
 		return res, fmt.Errorf("pull %s: sync fetched objects: %w", opts.Name, err)
 	}
+	return res, writeWorkspace(opts, tree, at, importSnaps)
+}
 
-	// The workspace directory, built beside and renamed into place.
+// writeWorkspace writes the workspace directory of a pull, holding a
+// checkpoint of tree at group at and an empty log after it (plus what
+// extra writes into it), built beside and renamed into place.
+func writeWorkspace(opts PullOptions, tree *namespace.Tree, at uint64, extra func(tmp string) error) error {
 	parent := filepath.Dir(opts.Dir)
 	tmp := filepath.Join(parent, vfs.TempPrefix+"pull-"+filepath.Base(opts.Dir))
 	if err := opts.FS.RemoveAll(tmp); err != nil {
-		return res, err
+		return err
 	}
 	if err := opts.FS.MkdirAll(filepath.Join(tmp, "log"), vfs.PrivateDir); err != nil {
-		return res, err
+		return err
 	}
 	if err := seglog.WriteCheckpoint(opts.FS, filepath.Join(tmp, "checkpoint"), at, tree.EncodeCheckpoint()); err != nil {
-		return res, err
+		return err
 	}
 	// The log continues after the checkpoint: segment 2 (segment 1 must
 	// start at group 1) with no group yet, first group at+1.
@@ -194,26 +241,22 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 		_, err := f.Write(seg)
 		return err
 	}); err != nil {
-		return res, err
+		return err
 	}
-	for _, in := range snaps {
-		if err := snapshot.Import(opts.FS, tmp, in, lastSnapID); err != nil {
-			return res, err
+	if extra != nil {
+		if err := extra(tmp); err != nil {
+			return err
 		}
 	}
-	res.Snapshots = len(snaps)
 	for _, d := range []string{filepath.Join(tmp, "log"), tmp} {
 		if err := vfs.SyncDir(opts.FS, d); err != nil {
-			return res, err
+			return err
 		}
 	}
 	if err := opts.FS.Rename(tmp, opts.Dir); err != nil {
-		return res, err
+		return err
 	}
-	if err := vfs.SyncDir(opts.FS, parent); err != nil {
-		return res, err
-	}
-	return res, nil
+	return vfs.SyncDir(opts.FS, parent)
 }
 
 // fetchObject downloads object id, verifies it and puts it into the pool

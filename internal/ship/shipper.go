@@ -80,16 +80,21 @@ type Stats struct {
 	// LastLagSeconds is the lag of the last shipped group: from the
 	// moment the shipper saw it durable to the moment the head naming it
 	// was written.
-	LastLagSeconds   float64   `json:"last_lag_seconds"`
-	ObjectsUploaded  int64     `json:"objects_uploaded"`
-	ObjectsPresent   int64     `json:"objects_present"`
-	BytesUploaded    int64     `json:"bytes_uploaded"`
-	Checkpoints      int64     `json:"checkpoints_shipped"`
-	Merges           int64     `json:"batch_merges"`
-	Rounds           int64     `json:"rounds"`
-	SnapshotsShipped int64     `json:"snapshots_shipped"`
-	SnapshotsRemoved int64     `json:"snapshots_removed"`
-	LastShippedAt    time.Time `json:"last_shipped_at,omitzero"`
+	LastLagSeconds  float64 `json:"last_lag_seconds"`
+	ObjectsUploaded int64   `json:"objects_uploaded"`
+	ObjectsPresent  int64   `json:"objects_present"`
+	// ObjectsRemoteOnly counts objects found in the bucket but not in the
+	// local pool of a lazily pulled workspace (not fetched yet): not
+	// uploaded again, since this host does not have them (see
+	// uploadObject).
+	ObjectsRemoteOnly int64     `json:"objects_remote_only,omitempty"`
+	BytesUploaded     int64     `json:"bytes_uploaded"`
+	Checkpoints       int64     `json:"checkpoints_shipped"`
+	Merges            int64     `json:"batch_merges"`
+	Rounds            int64     `json:"rounds"`
+	SnapshotsShipped  int64     `json:"snapshots_shipped"`
+	SnapshotsRemoved  int64     `json:"snapshots_removed"`
+	LastShippedAt     time.Time `json:"last_shipped_at,omitzero"`
 	// Retries counts rounds run after a failed round; Errors counts
 	// failed rounds by ErrorKind.
 	Retries          int64            `json:"retries"`
@@ -114,7 +119,10 @@ type Shipper struct {
 	buf      []group // durable groups read but not yet shipped, in order
 	failed   error   // sticky: a local sync failed, or another writer changed the head
 	needCkpt bool    // a referenced object is gone locally: ship a newer checkpoint
-	local    uint64  // last group in the local log (Tail.Last of the newest segment read)
+	// pulled holds the objects of the workspace's FetchState (read once,
+	// when a missing object first needs it); nil: not read yet.
+	pulled map[objid.ID]bool
+	local  uint64 // last group in the local log (Tail.Last of the newest segment read)
 
 	headETag  string    // of the head as last read or written ("" if absent)
 	lastPut   time.Time // ShippedAt of the last head this shipper tried to write
@@ -776,6 +784,19 @@ func (s *Shipper) uploadObject(ctx context.Context, id objid.ID) error {
 		return nil
 	}
 	data, err := s.opts.Pool.ReadAll(id) // verified against its hash
+	if ok && errors.As(err, new(*pool.MissingObjectError)) && s.notFetched(id) {
+		// A lazily pulled workspace's object that this host has not
+		// fetched yet: the bucket has it and this host has nothing to
+		// upload. Skipping the refresh is safe: the object has been in
+		// the workspace's tree since the pull without ever being local,
+		// so every head since the pull's references it (remote GC keeps
+		// it); content that leaves the tree can only come back through a
+		// local Put or a snapshot, both of which make it local first.
+		s.mu.Lock()
+		s.stats.ObjectsRemoteOnly++
+		s.mu.Unlock()
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("ship %s: read pool object %s to upload it: %w", s.opts.Name, id, err)
 	}
@@ -787,6 +808,30 @@ func (s *Shipper) uploadObject(ctx context.Context, id objid.ID) error {
 	s.stats.BytesUploaded += int64(len(data))
 	s.mu.Unlock()
 	return nil
+}
+
+// notFetched reports whether id is listed in the workspace's FetchState
+// (a lazy pull's objects, not necessarily local). Safe for concurrent use.
+func (s *Shipper) notFetched(id objid.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pulled == nil {
+		s.pulled = map[objid.ID]bool{}
+		st, ok, err := ReadFetchState(s.opts.FS, s.opts.Dir)
+		if err != nil {
+			s.lg.Warn("ship: cannot read the lazy pull's object list", "err", err)
+		}
+		if ok {
+			ids, err := st.IDs()
+			if err != nil {
+				s.lg.Warn("ship: cannot read the lazy pull's object list", "err", err)
+			}
+			for _, id := range ids {
+				s.pulled[id] = true
+			}
+		}
+	}
+	return s.pulled[id]
 }
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

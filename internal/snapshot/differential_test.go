@@ -148,8 +148,10 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 		}
 		return b
 	}
+	diffs, restores := 0, 0
 	checkDiff := func(what string, got []string, want []string) {
 		t.Helper()
+		diffs++
 		if !slices.Equal(got, want) {
 			t.Fatalf("%s: diff differs from the model\n got: %q\nwant: %q", what, got, want)
 		}
@@ -284,6 +286,7 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 				continue
 			}
 			old := snaps[r.IntN(len(snaps))]
+			restores++
 			noErr(t, w.Close())
 			before, _, err := Restore(e.opts("w"), old.info.ID, time.Now())
 			noErr(t, err)
@@ -308,7 +311,7 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 	if len(snaps) < 5 {
 		t.Fatalf("only %d snapshots taken: the test exercised too little", len(snaps))
 	}
-	t.Logf("seed %d: %d snapshots, %d forks", seed, len(snaps), forks)
+	t.Logf("seed %d: %d steps, %d snapshots, %d forks, %d restores, %d diffs checked against the model, violations: 0", seed, steps, len(snaps), forks, restores, diffs)
 }
 
 func sortedNames(m map[string]*mnode) []string {

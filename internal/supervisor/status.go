@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -27,7 +26,7 @@ type WorkspaceStatus struct {
 	MountPoint string
 	Mounted    bool
 	FSType     string // of the mount, when mounted
-	DeadMount  bool   // mounted, but the daemon behind it is gone (ENOTCONN)
+	DeadMount  bool   // mounted, but the daemon behind it is gone (ENOTCONN); set by the caller
 
 	Daemon      *daemon.Status // nil if there is no status file
 	DaemonStale bool           // the file is older than StaleAfter
@@ -41,7 +40,9 @@ type WorkspaceStatus struct {
 	DaemonRestarts, SidecarRestarts int
 }
 
-// Collect gathers the status of every workspace of h at time now.
+// Collect gathers the status of every workspace of h at time now. It reads
+// the mount table, status files and up.json, and never touches a mount;
+// DeadMount is left for the caller to set.
 func Collect(h *host.Host, now time.Time) ([]WorkspaceStatus, error) {
 	names, err := h.Workspaces()
 	if err != nil {
@@ -56,10 +57,10 @@ func Collect(h *host.Host, now time.Time) ([]WorkspaceStatus, error) {
 	for _, n := range names {
 		ws := WorkspaceStatus{Name: n, MountPoint: h.MountPoint(n)}
 		if m, ok := mountinfo.At(mounts, ws.MountPoint); ok {
+			// No stat of the mount point: it would block for as long as
+			// a stuck daemon does not answer. The caller tells dead
+			// mounts apart, bounded (`wsfs status`: fusefs.Probe).
 			ws.Mounted, ws.FSType = true, m.FSType
-			if _, err := os.Stat(ws.MountPoint); errors.Is(err, syscall.ENOTCONN) {
-				ws.DeadMount = true
-			}
 		}
 		p := filepath.Join(h.WorkspaceDir(n), daemon.StatusName)
 		if st, mtime, err := daemon.ReadStatus(p); err == nil {

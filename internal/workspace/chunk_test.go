@@ -51,6 +51,9 @@ func TestChunkedDifferential(t *testing.T) {
 							off = r.IntN(8) * 256 // on a boundary
 						}
 						data := pattern(r.IntN(700)+1, r.Uint64())
+						if r.IntN(3) == 0 { // a small append (range records)
+							off, data = len(model)-r.IntN(min(len(model), 8)+1), data[:min(len(data), 1+r.IntN(40))]
+						}
 						if r.IntN(5) == 0 {
 							data = make([]byte, len(data)) // zeros: may become holes
 						}
@@ -76,6 +79,11 @@ func TestChunkedDifferential(t *testing.T) {
 						noErr(t, h.Flush())
 					case k < 17: // reopen the workspace
 						noErr(t, h.Release())
+						noErr(t, w.Close())
+						w = e.open()
+						h = H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))
+					case k < 18: // reopen without closing the file: ranges stay unfolded
+						noErr(t, h.Fsync(false))
 						noErr(t, w.Close())
 						w = e.open()
 						h = H(t)(w.OpenFile(f.Ino, syscall.O_RDWR))

@@ -106,33 +106,49 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 		return c, wsErr("read", ino, "", err)
 	}
 	size := int64(n.Size)
+	c := n.Content // immutable slices: a consistent snapshot of one version
+	n.Mu.Unlock()
+	k, err := h.w.readPublished(n, &c, size, p, off)
+	return k, wsErr("read", ino, "", err)
+}
+
+// readPublished reads p at off from c, published content of n with the
+// given size (short at EOF, no error). The caller does not hold n.Mu (c
+// is a copy of n's content: its slices are immutable). Content with
+// ranges reads its base (zeros past BaseSize) and then the ranges over it.
+func (w *Workspace) readPublished(n *namespace.Inode, c *namespace.Content, size int64, p []byte, off int64) (int, error) {
 	if off >= size {
-		n.Mu.Unlock()
 		return 0, nil
 	}
 	if int64(len(p)) > size-off {
 		p = p[:size-off]
 	}
-	c := n.Content // immutable slices: a consistent snapshot of one version
+	if c.Ranges != nil {
+		base := c.Base()
+		bp := p[:max(0, min(int64(len(p)), int64(c.BaseSize)-off))]
+		if len(bp) > 0 {
+			if k, err := w.readPublished(n, &base, int64(c.BaseSize), bp, off); err != nil {
+				return k, err
+			}
+		}
+		clear(p[len(bp):])
+		c.Overlay(p, uint64(off))
+		return len(p), nil
+	}
 	if !c.IsObject && !c.IsChunked() {
-		k := copy(p, c.Inline[off:])
-		n.Mu.Unlock()
-		return k, nil
+		return copy(p, c.Inline[off:]), nil
 	}
-	n.Mu.Unlock()
 	if c.IsObject {
-		k, err := h.w.readObject(n, c.Object, p, off, size)
-		return k, wsErr("read", ino, "", err)
+		return w.readObject(n, c.Object, p, off, size)
 	}
-	k, err := eachChunkPiece(p, off, size, c.ChunkShift, func(i int, piece []byte, within int64) (int, error) {
+	return eachChunkPiece(p, off, size, c.ChunkShift, func(i int, piece []byte, within int64) (int, error) {
 		if id := c.Chunks[i]; id != namespace.HoleChunk {
 			start := int64(i) << c.ChunkShift
-			return h.w.readObject(n, id, piece, within, min(size-start, 1<<c.ChunkShift))
+			return w.readObject(n, id, piece, within, min(size-start, 1<<c.ChunkShift))
 		}
 		clear(piece)
 		return len(piece), nil
 	})
-	return k, wsErr("read", ino, "", err)
 }
 
 // readObject reads p at off from pool object id, whose length is size,
@@ -254,13 +270,98 @@ func (w *Workspace) truncateLocked(n *namespace.Inode, size int64) error {
 	return w.flushLocked(n)
 }
 
-// flushLocked publishes n's dirty content in a SetContent record: inline up
-// to InlineMax; else one pool object when it fits one chunk; else its chunk
-// list, after putting the chunks still in memory. The record names the
-// objects put for it, which the drain syncs (unchanged chunks were synced
-// by the group that first named them, which commits first). An orphan
-// (nlink 0) keeps its dirty content: it is never logged.
+// flushLocked publishes n's dirty content. When only a few bytes of a
+// pooled file changed since its content was last published (d.ranged:
+// every change since is in d.wrote), it logs those bytes in a WriteRange
+// record and keeps the dirty content in memory (now clean), so that a
+// small append to a large file costs its bytes in the log instead of a
+// chunk object; the ranges are folded into a new base (a SetContent) when
+// they would exceed foldRanges or foldBytes (closeContentLocked: smaller
+// limits for closed files).
+// Otherwise it publishes a SetContent record (publishLocked).
 func (w *Workspace) flushLocked(n *namespace.Inode) error {
+	lv := liveOf(n)
+	if lv == nil || lv.dirty == nil || n.Nlink == 0 || lv.dirty.clean {
+		return nil
+	}
+	if err := w.usable(); err != nil {
+		return err
+	}
+	d := lv.dirty
+	if !d.ranged || !d.mtime.FitsNs() {
+		return w.publishLocked(n)
+	}
+	if len(d.wrote) == 0 {
+		d.clean = true // created but never changed: equal to n's content
+		return nil
+	}
+	if len(n.Content.Ranges)+len(d.wrote) > foldRanges || n.Content.RangeBytes()+d.wroteBytes > foldBytes {
+		return w.publishLocked(n)
+	}
+	rs := make([]namespace.Range, len(d.wrote))
+	buf := make([]byte, d.wroteBytes)
+	for i, sp := range d.wrote {
+		b := buf[: sp.end-sp.off : sp.end-sp.off]
+		buf = buf[len(b):]
+		if k, err := w.readDirty(lv, d, b, sp.off); err != nil || k != len(b) {
+			return w.publishLocked(n) // cannot happen: the written chunks are in memory
+		}
+		rs[i] = namespace.Range{Off: uint64(sp.off), Data: b}
+	}
+	rec := &namespace.Record{Op: namespace.OpWriteRange, Ino: n.Ino, Size: uint64(d.size), Mtime: d.mtime, Time: d.ctime,
+		Content: namespace.Content{Ranges: rs}}
+	if err := w.record(rec, nil, true); err != nil {
+		return err
+	}
+	w.bytes.inline.Add(uint64(d.wroteBytes))
+	w.bytes.ranges.Add(1)
+	d.wrote, d.wroteBytes, d.clean = d.wrote[:0], 0, true
+	return nil
+}
+
+// Fold limits: the pending ranges of one file are folded into new chunks
+// (a SetContent) before there would be more than foldRanges of them or
+// more than foldBytes bytes (well within namespace.MaxRanges and
+// MaxRangeBytes, which bound what a checkpoint carries per file). A file
+// closed for the last time keeps its ranges only up to foldClosedRanges
+// and foldClosedBytes: the tree holds them in memory, as it holds inline
+// content (InlineMax), while an open file's are also in its dirty copy.
+const (
+	foldRanges       = 256
+	foldBytes        = 256 << 10
+	foldClosedRanges = 64
+	foldClosedBytes  = 64 << 10
+)
+
+// closeContentLocked publishes n's content at the last close of its
+// handles: its unflushed changes (as ranges where possible), folding the
+// ranges when they exceed the closed-file limits, and drops the dirty
+// copy.
+func (w *Workspace) closeContentLocked(n *namespace.Inode) error {
+	lv := liveFor(n)
+	if err := w.flushLocked(n); err != nil {
+		return err
+	}
+	if c := &n.Content; c.Ranges != nil && (len(c.Ranges) > foldClosedRanges || c.RangeBytes() > foldClosedBytes) {
+		if _, err := w.dirtyLocked(n, true); err != nil {
+			return err
+		}
+		return w.publishLocked(n)
+	}
+	if lv.dirty != nil && lv.dirty.clean {
+		w.discard(lv.dirty)
+		lv.dirty = nil
+	}
+	return nil
+}
+
+// publishLocked publishes n's dirty content in a SetContent record: inline
+// up to InlineMax; else one pool object when it fits one chunk; else its
+// chunk list, after putting the chunks still in memory. The record names
+// the objects put for it, which the drain syncs (unchanged chunks were
+// synced by the group that first named them, which commits first). An
+// orphan (nlink 0) keeps its dirty content: it is never logged.
+func (w *Workspace) publishLocked(n *namespace.Inode) error {
 	lv := liveOf(n)
 	if lv == nil || lv.dirty == nil || n.Nlink == 0 {
 		return nil
@@ -269,6 +370,7 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 		return err
 	}
 	d := lv.dirty
+	ranged := n.Content.Ranges != nil
 	rec := &namespace.Record{Op: namespace.OpSetContent, Ino: n.Ino, Size: uint64(d.size), Mtime: d.mtime, Time: d.ctime}
 	var objs []objid.ID
 	switch {
@@ -303,6 +405,9 @@ func (w *Workspace) flushLocked(n *namespace.Inode) error {
 	if err := w.record(rec, objs, true); err != nil {
 		return err
 	}
+	if n.Content.Ranges == nil && ranged {
+		w.bytes.folds.Add(1)
+	}
 	w.discard(d)
 	lv.dirty = nil
 	return nil
@@ -331,6 +436,7 @@ func namedIn(put []objid.ID, chunks []objid.ID) []objid.ID {
 // went (Stats, and the daemon's metrics).
 type byteCounters struct {
 	inline, pooled, deduped atomic.Uint64
+	ranges, folds           atomic.Uint64 // records (Stats.RangeRecords, RangeFolds)
 }
 
 // pooledCounter is the counter for content published to the pool: deduped
@@ -394,7 +500,7 @@ func (h *Handle) Release() error {
 	var err error
 	if lv.opens == 0 {
 		if lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
-			err = h.w.flushLocked(n)
+			err = h.w.closeContentLocked(n)
 		}
 		retireObjLocked(lv)
 		if n.Nlink == 0 {
@@ -414,7 +520,7 @@ func (h *Handle) ObjectFile() (vfs.File, bool) {
 	}
 	n := h.n
 	n.Mu.Lock()
-	if lv := liveOf(n); h.released || !n.Content.IsObject || (lv != nil && lv.dirty != nil) {
+	if lv := liveOf(n); h.released || !n.Content.IsObject || n.Content.Ranges != nil || (lv != nil && lv.dirty != nil) {
 		n.Mu.Unlock()
 		return nil, false
 	}

@@ -45,6 +45,56 @@ type dirty struct {
 	bufs   map[int][]byte
 	hot    int        // the chunk the last write ended in: stays in memory
 	put    []objid.ID // objects put for this content since its last record
+
+	// Range records (flushLocked). ranged: n's published content equals
+	// this content with the bytes of wrote (sorted, disjoint, not
+	// adjacent spans) replaced and the size extended, and no chunk was
+	// put since: a flush may log just those bytes. clean: nothing
+	// changed since the last flush (a range flush keeps the dirty content
+	// as the in-memory copy of the published one).
+	ranged     bool
+	clean      bool
+	wrote      []span
+	wroteBytes int
+}
+
+// span is the byte range [off, end).
+type span struct{ off, end int64 }
+
+// Limits on what one range flush logs: beyond them the changes since the
+// last flush are published as a SetContent.
+const (
+	maxWroteSpans = 64
+	maxWroteBytes = 64 << 10
+)
+
+// noteWrite records that [off, end) changed, for a range flush; past the
+// limits it gives up (d.ranged = false).
+func (d *dirty) noteWrite(off, end int64) {
+	d.clean = false
+	if !d.ranged {
+		return
+	}
+	// Merge with every span it overlaps or touches.
+	i := sort.Search(len(d.wrote), func(i int) bool { return d.wrote[i].end >= off })
+	j := i
+	for j < len(d.wrote) && d.wrote[j].off <= end {
+		off, end = min(off, d.wrote[j].off), max(end, d.wrote[j].end)
+		j++
+	}
+	for _, sp := range d.wrote[i:j] {
+		d.wroteBytes -= int(sp.end - sp.off)
+	}
+	d.wrote = slices.Replace(d.wrote, i, j, span{off, end})
+	d.wroteBytes += int(end - off)
+	if len(d.wrote) > maxWroteSpans || d.wroteBytes > maxWroteBytes {
+		d.unrange()
+	}
+}
+
+// unrange makes d's next flush a SetContent.
+func (d *dirty) unrange() {
+	d.ranged, d.clean, d.wrote, d.wroteBytes = false, false, nil, 0
 }
 
 // maxDirtyChunks bounds the chunk buffers one inode holds in memory.
@@ -82,31 +132,59 @@ func (w *Workspace) dirtyLocked(n *namespace.Inode, withOld bool) (*dirty, error
 	d := &dirty{ino: n.Ino, mtime: n.Mtime, ctime: n.Ctime.Ns()}
 	if withOld && n.Size > 0 {
 		c := &n.Content
-		switch {
-		case c.IsChunked():
-			d.shift, d.chunks, d.bufs = c.ChunkShift, slices.Clone(c.Chunks), map[int][]byte{}
-			d.size = int64(n.Size)
-		case !c.IsObject:
-			d.mem = append([]byte(nil), c.Inline...)
-			d.size = int64(len(d.mem))
-		case n.Size <= uint64(w.opts.ChunkSize):
-			b, err := w.pool.ReadAll(c.Object)
-			if err != nil {
-				return nil, w.objectErr(n.Ino, c.Object, err)
-			}
-			if uint64(len(b)) != n.Size {
-				return nil, &ioError{fmt.Errorf("object %s has %d bytes, inode size %d", c.Object, len(b), n.Size)}
-			}
-			d.mem, d.size = b, int64(len(b))
-		default:
-			if err := w.splitObject(n.Ino, lv, d, c.Object, int64(n.Size)); err != nil {
+		base, baseSize := c, n.Size
+		if c.Ranges != nil {
+			b := c.Base()
+			base, baseSize = &b, c.BaseSize
+		}
+		if err := w.loadBase(n.Ino, lv, d, base, baseSize); err != nil {
+			w.discard(d)
+			return nil, err
+		}
+		if c.Ranges != nil {
+			if err := w.setSize(d, int64(n.Size)); err != nil {
 				w.discard(d)
 				return nil, err
 			}
+			for _, r := range c.Ranges {
+				if err := w.writeDirty(d, r.Data, int64(r.Off)); err != nil {
+					w.discard(d)
+					return nil, err
+				}
+			}
 		}
+		// Pooled content may take range flushes from here (inline content
+		// is all in the log anyway); putting a chunk above ends that.
+		d.ranged = (base.IsObject || base.IsChunked()) && len(d.put) == 0
+		d.wrote, d.wroteBytes = nil, 0
 	}
 	lv.dirty = d
 	return d, nil
+}
+
+// loadBase makes d the content c of size bytes (no ranges).
+func (w *Workspace) loadBase(ino namespace.Ino, lv *live, d *dirty, c *namespace.Content, size uint64) error {
+	switch {
+	case size == 0:
+	case c.IsChunked():
+		d.shift, d.chunks, d.bufs = c.ChunkShift, slices.Clone(c.Chunks), map[int][]byte{}
+		d.size = int64(size)
+	case !c.IsObject:
+		d.mem = append([]byte(nil), c.Inline...)
+		d.size = int64(len(d.mem))
+	case size <= uint64(w.opts.ChunkSize):
+		b, err := w.pool.ReadAll(c.Object)
+		if err != nil {
+			return w.objectErr(ino, c.Object, err)
+		}
+		if uint64(len(b)) != size {
+			return &ioError{fmt.Errorf("object %s has %d bytes, inode size %d", c.Object, len(b), size)}
+		}
+		d.mem, d.size = b, int64(len(b))
+	default:
+		return w.splitObject(ino, lv, d, c.Object, int64(size))
+	}
+	return nil
 }
 
 // splitObject makes d the chunked form of one pool object larger than a
@@ -201,6 +279,9 @@ func (w *Workspace) putChunk(d *dirty, i int) error {
 		d.chunks[i] = id
 		d.put = append(d.put, id)
 	}
+	// The chunk list now names an object no record names: only a
+	// SetContent publishes it (and keeps it from GC).
+	d.unrange()
 	delete(d.bufs, i)
 	putBuf(b)
 	return nil
@@ -247,6 +328,7 @@ func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
 			}
 			copy(d.mem[off:], p)
 			d.size = max(d.size, end)
+			d.noteWrite(off, end)
 			return nil
 		}
 		w.toChunks(d)
@@ -276,11 +358,14 @@ func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
 		pos += int64(k)
 	}
 	d.hot = last
+	d.noteWrite(off, end)
 	return nil
 }
 
-// setSize truncates or extends d to size (zeros when growing).
+// setSize truncates or extends d to size (zeros when growing). The next
+// flush is a SetContent.
 func (w *Workspace) setSize(d *dirty, size int64) error {
+	d.unrange()
 	if d.chunks == nil {
 		switch {
 		case size > int64(w.opts.ChunkSize):

@@ -69,6 +69,7 @@ type Report struct {
 	Inodes, Files   int    // in the recovered tree
 	Objects         int    // distinct pool objects referenced
 	VerifiedObjects int    // of those, hashed (CheckOptions.VerifyData)
+	NotFetched      int    // of those, not local but backed by the remote (CheckOptions.NotFetched)
 	Problems        []Problem
 
 	log *seglog.Log // the read-only log (for Repair's Cut)
@@ -92,6 +93,11 @@ type CheckOptions struct {
 	// VerifyData reads every referenced object and checks its hash;
 	// otherwise only its presence is checked.
 	VerifyData bool
+	// NotFetched, if set, reports whether a referenced object that is not
+	// local is one a lazy pull has not fetched yet and the remote holds
+	// (see ship.FetchState): it is counted in Report.NotFetched, not
+	// reported missing. Check never fetches.
+	NotFetched func(objid.ID) bool
 }
 
 // Check inspects the workspace in opts.Dir and reports every problem it
@@ -312,6 +318,9 @@ func check(opts CheckOptions) (*Report, error) {
 		path := opts.Pool.Path(id)
 		_, serr := opts.FS.Stat(path)
 		switch {
+		case errors.Is(serr, fs.ErrNotExist) && opts.NotFetched != nil && opts.NotFetched(id):
+			rep.NotFetched++
+			continue
 		case errors.Is(serr, fs.ErrNotExist):
 			add(Problem{Kind: ProblemObjectMissing, Where: path, Object: id, Paths: affected,
 				What: fmt.Sprintf("pool object %s is missing", id),

@@ -180,7 +180,29 @@ func blocks512(n int64) uint64 { return uint64(n+511) / 512 }
 // 512-byte blocks of the bytes actually stored. Hole chunks (zeros with no
 // object) count nothing, so a sparse file reports what it occupies and du
 // and cp --sparse see its holes; inline bytes and objects count whole.
+// Content with pending ranges counts its base and, for a chunked base,
+// every chunk a range touches that the base has as a hole or not at all;
+// for an inline or object base, its growth past the base size.
 func contentBlocks(c *namespace.Content, size uint64) uint64 {
+	if c.Ranges != nil {
+		base := c.Base()
+		b := contentBlocks(&base, c.BaseSize)
+		if !base.IsChunked() {
+			return b + blocks512(int64(size-c.BaseSize))
+		}
+		shift := base.ChunkShift
+		seen := map[uint64]bool{}
+		for _, r := range c.Ranges {
+			for i := r.Off >> shift; i <= (r.Off+uint64(len(r.Data))-1)>>shift; i++ {
+				if seen[i] || i < uint64(len(base.Chunks)) && base.Chunks[i] != namespace.HoleChunk {
+					continue
+				}
+				seen[i] = true
+				b += blocks512(min(int64(size)-int64(i)<<shift, 1<<shift))
+			}
+		}
+		return b
+	}
 	if !c.IsChunked() {
 		return blocks512(int64(size))
 	}

@@ -23,7 +23,7 @@ func (w *Workspace) StillTree(fn func(t *namespace.Tree, group uint64) error) er
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
 		dirty := false
-		if lv := liveOf(n); lv != nil && lv.dirty != nil && n.Nlink > 0 {
+		if lv := liveOf(n); lv != nil && lv.dirty != nil && !lv.dirty.clean && n.Nlink > 0 {
 			dirty = true
 		}
 		n.Mu.Unlock()

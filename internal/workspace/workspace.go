@@ -55,6 +55,17 @@
 // Fsync also waits for the commit. Published content is immutable: a write
 // copies the chunks it touches first. Reads do not update atime.
 //
+// A flush that changes only a few bytes of pooled content (up to 64 spans
+// and 64 KiB since the last flush, no chunk put meanwhile: a SQLite WAL
+// append) logs those bytes in a WriteRange record instead of new chunk
+// objects, and keeps the dirty content in memory as the copy of the
+// published one; the published content is then its base plus ordered
+// ranges (namespace.Content.Ranges), which reads overlay. Ranges are
+// folded into chunks by a SetContent when they would exceed foldRanges or
+// foldBytes, at the last close beyond foldClosedRanges/foldClosedBytes,
+// and by any truncate. Checkpoints and snapshot manifests carry pending
+// ranges (content kind 4), so both stay self-contained.
+//
 // # Kernel lookup counts
 //
 // Every call that returns an entry to the kernel — Lookup, Create, Mkdir,
@@ -201,7 +212,12 @@ type Stats struct {
 	CheckpointErr error
 	// File content published since Open, in bytes: inline in log records,
 	// as new pool objects, and as pool objects that already existed.
+	// Bytes of range records count as inline.
 	BytesInline, BytesPooled, BytesDeduped uint64
+	// RangeRecords and RangeFolds count, since Open, the flushes logged as
+	// WriteRange records and the SetContent records that folded pending
+	// ranges into new chunks.
+	RangeRecords, RangeFolds uint64
 }
 
 // Workspace is an open workspace. All methods are safe for concurrent use.
@@ -443,6 +459,9 @@ func (w *Workspace) recover() (fresh bool, err error) {
 				// that a surviving inline file does not pin a segment in
 				// memory. Both trees share the copy.
 				rec.Content.Inline = bytes.Clone(rec.Content.Inline)
+				for i := range rec.Content.Ranges {
+					rec.Content.Ranges[i].Data = bytes.Clone(rec.Content.Ranges[i].Data)
+				}
 				rec.Value = bytes.Clone(rec.Value)
 				if err = w.tree.Apply(rec); err == nil {
 					err = w.shadow.Apply(rec)
@@ -683,7 +702,8 @@ func (w *Workspace) Stats() Stats {
 	cs := w.com.Stats()
 	s := Stats{CommittedGroup: cs.LastGroup, CommittedAt: cs.LastCommit, Pending: cs.Pending,
 		Failed: cs.Failed, Stalled: cs.Stalled, Inodes: w.tree.Len(), CheckpointGroup: w.ckptGrp.Load(),
-		BytesInline: w.bytes.inline.Load(), BytesPooled: w.bytes.pooled.Load(), BytesDeduped: w.bytes.deduped.Load()}
+		BytesInline: w.bytes.inline.Load(), BytesPooled: w.bytes.pooled.Load(), BytesDeduped: w.bytes.deduped.Load(),
+		RangeRecords: w.bytes.ranges.Load(), RangeFolds: w.bytes.folds.Load()}
 	if f := w.failed.Load(); s.Failed == nil && f != nil {
 		s.Failed = f
 	}
@@ -763,6 +783,16 @@ func (w *Workspace) Dump() []namespace.DumpEntry {
 func (w *Workspace) contentID(n *namespace.Inode) objid.ID {
 	c := &n.Content
 	switch {
+	case c.Ranges != nil:
+		b := make([]byte, n.Size)
+		if k, err := w.readPublished(n, c, int64(n.Size), b, 0); err != nil || k != len(b) {
+			var bad objid.ID
+			for i := range bad {
+				bad[i] = 0xff
+			}
+			return bad
+		}
+		return objid.Sum(b)
 	case c.IsObject:
 		return c.Object
 	case !c.IsChunked():

@@ -1,13 +1,19 @@
-// Package s3test starts a real S3 server for tests: versitygw (Apache-2.0,
-// pinned by the tools module tools/versitygw), on 127.0.0.1 with a random
-// port, serving a temporary directory, with one bucket created.
+// Package s3test starts a real S3 server for tests, on 127.0.0.1 with
+// random ports, keeping its data in a temporary directory, with one bucket
+// created. The engine is chosen by $S3_ENGINE:
 //
-// The binary comes from $WSFS_VERSITYGW if set (what .ci/run builds), else
-// it is built once from the tools module into the user's cache directory
-// (a lock file serialises concurrent test binaries; the build is bounded by
-// BuildTimeout). A missing or unbuildable server skips the test on a
-// developer's machine and fails it where testenv.Promised(testenv.Tools)
-// (CI): a CI run never passes without the remote tests.
+//   - versitygw (the default; Apache-2.0, pinned by the tools module
+//     tools/versitygw): `versitygw posix DIR`, binary from $WSFS_VERSITYGW;
+//   - seaweedfs (Apache-2.0, pinned by tools/seaweedfs): `weed mini`, the
+//     distributed engine, binary from $WSFS_SEAWEEDFS. CI does not run it.
+//
+// Without its environment variable, the binary is built once from its tools
+// module into the user's cache directory (a lock file serialises concurrent
+// test binaries; the build is bounded by BuildTimeout). A missing or
+// unbuildable server skips the test on a developer's machine and fails it
+// where testenv.Promised(testenv.Tools) (CI): a CI run never passes without
+// the remote tests. An unknown $S3_ENGINE fails every test that asks for a
+// server.
 //
 // Start also clears AWS_CA_BUNDLE for the test (a non-empty one that does
 // not name a readable PEM file breaks the AWS SDK, and so Litestream's S3
@@ -39,9 +45,49 @@ import (
 // Version is the versitygw version the tools module pins.
 const Version = "v1.8.0"
 
-// BuildTimeout bounds building the server (about a minute on an idle
-// 2-vCPU machine, several under load).
-const BuildTimeout = 15 * time.Minute
+// SeaweedFSVersion is the SeaweedFS module version tools/seaweedfs pins.
+const SeaweedFSVersion = "v0.0.0-20261109003541-7506e5f91cd6"
+
+// BuildTimeout bounds building the server (versitygw: about a minute on an
+// idle 2-vCPU machine, several under load; seaweedfs: about 6 minutes idle).
+const BuildTimeout = 30 * time.Minute
+
+// An engine is one S3 server implementation the helper can start.
+type engine struct {
+	name    string // the value of $S3_ENGINE
+	version string // pinned by its tools module
+	binEnv  string // names a prebuilt binary
+	tools   string // its tools module, under tools/
+	pkg     string // its main package, built in the tools module
+	bin     string // the binary's file name
+	// start starts one server keeping its data under dir, logging to
+	// logPath; it returns once the S3 port accepts connections.
+	start func(bin, dir, logPath string) (*Server, error)
+}
+
+var engines = map[string]*engine{
+	"versitygw": {name: "versitygw", version: Version, binEnv: "WSFS_VERSITYGW", tools: "versitygw",
+		pkg: "github.com/versity/versitygw/cmd/versitygw", bin: "versitygw", start: startVersitygw},
+	"seaweedfs": {name: "seaweedfs", version: SeaweedFSVersion, binEnv: "WSFS_SEAWEEDFS", tools: "seaweedfs",
+		pkg: "github.com/seaweedfs/seaweedfs/weed", bin: "weed", start: startSeaweedFS},
+}
+
+// Engine is the engine $S3_ENGINE selects ("versitygw" when unset).
+func Engine() string {
+	if e := os.Getenv("S3_ENGINE"); e != "" {
+		return e
+	}
+	return "versitygw"
+}
+
+func currentEngine(t testing.TB) *engine {
+	t.Helper()
+	e, ok := engines[Engine()]
+	if !ok {
+		t.Fatalf("S3_ENGINE=%q is not an S3 engine of the test helper: use versitygw (the default) or seaweedfs", Engine())
+	}
+	return e
+}
 
 // Keys of the test server's single account.
 const (
@@ -49,13 +95,20 @@ const (
 	SecretKey = "wsfs-test-secret-key"
 )
 
-// Server is a running versitygw.
+// Server is a running S3 server.
 type Server struct {
+	Engine   string // versitygw or seaweedfs
 	Endpoint string // http://127.0.0.1:PORT
 	Bucket   string
-	Dir      string // the directory it serves (the posix backend: DIR/BUCKET/KEY)
+	Dir      string // where it keeps its data (engine-specific layout; use the S3 API to reach objects)
 	proc     *os.Process
 	done     chan struct{} // closed when the process has exited
+	// For Restart: the command line (every port in it) and the log.
+	argv     []string
+	name     string
+	addr     string
+	logPath  string
+	restarts int
 }
 
 // Config is a remote.Config for the server's bucket with prefix.
@@ -73,6 +126,19 @@ func (s *Server) Store(t testing.TB, prefix string) *remote.S3 {
 	return st
 }
 
+// Restart starts the server again after Stop with the same command line
+// (address, ports, data), for tests of a remote that comes back. It fails
+// t if the server does not accept connections again.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.restarts++
+	n, err := startProc(exec.Command(s.argv[0], s.argv[1:]...), s.name, s.addr, s.Dir, fmt.Sprintf("%s.restart-%d", s.logPath, s.restarts))
+	if err != nil {
+		t.Fatalf("restart %s: %v", s.name, err)
+	}
+	s.proc, s.done = n.proc, n.done
+}
+
 // Stop kills the server (tests of an unreachable remote); Cleanup also
 // stops it.
 func (s *Server) Stop() {
@@ -84,33 +150,46 @@ func (s *Server) Stop() {
 }
 
 var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
+	buildMu sync.Mutex
+	builds  = map[string]*build{}
 )
 
-// Binary returns the path of the versitygw binary, building it once per
-// test binary if needed, or skips/fails t.
-func Binary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() { buildPath, buildErr = binary() })
-	if buildErr != nil {
-		if testenv.Promised(testenv.Tools) {
-			t.Fatalf("required by the environment (CI or WSFS_REQUIRE=tools) but missing: the versitygw S3 server: %v", buildErr)
-		}
-		t.Skipf("skipping: no versitygw S3 server: %v (set WSFS_REQUIRE=tools to make this a failure)", buildErr)
-	}
-	return buildPath
+type build struct {
+	once sync.Once
+	path string
+	err  error
 }
 
-func binary() (string, error) {
-	if p := os.Getenv("WSFS_VERSITYGW"); p != "" {
+// Binary returns the path of the current engine's binary, building it once
+// per test binary if needed, or skips/fails t.
+func Binary(t testing.TB) string {
+	t.Helper()
+	e := currentEngine(t)
+	buildMu.Lock()
+	b := builds[e.name]
+	if b == nil {
+		b = &build{}
+		builds[e.name] = b
+	}
+	buildMu.Unlock()
+	b.once.Do(func() { b.path, b.err = binary(e) })
+	if b.err != nil {
+		if testenv.Promised(testenv.Tools) {
+			t.Fatalf("required by the environment (CI or WSFS_REQUIRE=tools) but missing: the %s S3 server: %v", e.name, b.err)
+		}
+		t.Skipf("skipping: no %s S3 server: %v (set WSFS_REQUIRE=tools to make this a failure)", e.name, b.err)
+	}
+	return b.path
+}
+
+func binary(e *engine) (string, error) {
+	if p := os.Getenv(e.binEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("WSFS_VERSITYGW=%s: %w", p, err)
+			return "", fmt.Errorf("%s=%s: %w", e.binEnv, p, err)
 		}
 		return p, nil
 	}
-	mod, err := toolsModule()
+	mod, err := toolsModule(e.tools)
 	if err != nil {
 		return "", err
 	}
@@ -118,11 +197,11 @@ func binary() (string, error) {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	dir := filepath.Join(cache, "wsfs", "versitygw-"+Version)
+	dir := filepath.Join(cache, "wsfs", e.name+"-"+e.version)
 	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "versitygw")
+	bin := filepath.Join(dir, e.bin)
 	// Another test binary may be building it: wait for its lock.
 	var lock io.Closer
 	for deadline := time.Now().Add(BuildTimeout); ; {
@@ -142,11 +221,11 @@ func binary() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
 	defer cancel()
 	tmp := bin + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, "github.com/versity/versitygw/cmd/versitygw")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, e.pkg)
 	cmd.Dir = mod
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("build versitygw in %s (bounded by %v): %v\n%s", mod, BuildTimeout, err, out)
+		return "", fmt.Errorf("build %s in %s (bounded by %v): %v\n%s", e.name, mod, BuildTimeout, err, out)
 	}
 	if err := vfs.Default.Rename(tmp, bin); err != nil {
 		return "", err
@@ -154,28 +233,34 @@ func binary() (string, error) {
 	return bin, nil
 }
 
-// toolsModule finds tools/versitygw above the working directory (a test
-// runs in its package's directory).
-func toolsModule() (string, error) {
+// toolsModule finds tools/NAME above the working directory (a test runs in
+// its package's directory).
+func toolsModule(name string) (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for d := wd; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, "tools", "versitygw", "go.mod")
+		p := filepath.Join(d, "tools", name, "go.mod")
 		if _, err := os.Stat(p); err == nil {
 			return filepath.Dir(p), nil
 		}
 		if filepath.Dir(d) == d {
-			return "", errors.New("tools/versitygw/go.mod not found above " + wd)
+			return "", errors.New("tools/" + name + "/go.mod not found above " + wd)
 		}
 	}
 }
 
-// Start starts a server with one bucket, stopped in t.Cleanup. It sets the
-// AWS environment for the test (see the package doc).
+// StartTimeout bounds a server's start-up, from exec to a created bucket
+// (seaweedfs starts its master, volume server, filer and S3 gateway in one
+// process and answers S3 only once they have found each other).
+const StartTimeout = 90 * time.Second
+
+// Start starts a server of the current engine with one bucket, stopped in
+// t.Cleanup. It sets the AWS environment for the test (see the package doc).
 func Start(t testing.TB) *Server {
 	t.Helper()
+	e := currentEngine(t)
 	bin := Binary(t)
 	Env(t)
 	dir := t.TempDir()
@@ -183,25 +268,45 @@ func Start(t testing.TB) *Server {
 	if err := vfs.Default.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
 	var s *Server
 	var lastErr error
 	for attempt := 0; attempt < 5 && s == nil; attempt++ {
-		s, lastErr = start(bin, filepath.Join(dir, "data"), filepath.Join(dir, fmt.Sprintf("versitygw-%d.log", attempt)))
+		s, lastErr = e.start(bin, filepath.Join(dir, "data"), filepath.Join(dir, fmt.Sprintf("%s-%d.log", e.name, attempt)))
 	}
 	if s == nil {
-		t.Fatalf("start versitygw: %v", lastErr)
+		t.Fatalf("start %s: %v", e.name, lastErr)
 	}
-	t.Cleanup(s.Stop)
+	s.Engine = e.name
+	t.Cleanup(func() { s.Stop() })
 	s.Bucket = bucket
 	st, err := remote.OpenS3(context.Background(), s.Config(""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := st.CreateBucket(ctx); err != nil {
-		t.Fatal(err)
+	// The S3 port may accept before the engine can serve requests: retry
+	// the bucket's creation until it succeeds or StartTimeout passes.
+	deadline := time.Now().Add(StartTimeout)
+	tries := 0
+	for {
+		tries++
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = st.CreateBucket(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("%s exited during start-up: %v", e.name, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create bucket %s on %s within %v: %v", bucket, e.name, StartTimeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
+	t.Logf("s3test: %s on %s serving bucket %s after %v (bucket created at try %d)", e.name, s.Endpoint, bucket, time.Since(began).Round(time.Millisecond), tries)
 	return s
 }
 
@@ -231,19 +336,72 @@ func Environ() []string {
 	}
 }
 
-func start(bin, data, logPath string) (*Server, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func startVersitygw(bin, data, logPath string) (*Server, error) {
+	ports, err := freePorts(1)
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	return startProc(exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, "posix", data), "versitygw", addr, data, logPath)
+}
+
+// seaweedfsS3Config is the identity file of `weed mini -s3.config`: the
+// test account, with every action.
+const seaweedfsS3Config = `{"identities":[{"name":"wsfs-test","credentials":[{"accessKey":"` + AccessKey +
+	`","secretKey":"` + SecretKey + `"}],"actions":["Admin","Read","List","Tagging","Write"]}]}`
+
+// startSeaweedFS starts `weed mini` bound to 127.0.0.1 only (-ip and
+// -ip.bind: without -ip it advertises the host's detected address), every
+// port chosen here (gRPC ports too: mini's default of HTTP port + 10000 can
+// leave the port range), without the WebDAV, admin, Iceberg and Lance
+// servers and without telemetry.
+func startSeaweedFS(bin, data, logPath string) (*Server, error) {
+	ports, err := freePorts(10)
+	if err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(filepath.Dir(data), "seaweedfs-s3.json")
+	if err := vfs.Publish(vfs.Default, cfg, false, func(f vfs.File) error {
+		_, err := f.Write([]byte(seaweedfsS3Config))
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	p := func(i int) string { return strconv.Itoa(ports[i]) }
+	addr := "127.0.0.1:" + p(0)
+	cmd := exec.Command(bin, "mini", "-dir", data, "-ip", "127.0.0.1", "-ip.bind", "127.0.0.1",
+		"-s3.config", cfg, "-s3.port", p(0), "-s3.port.grpc", p(1),
+		"-master.port", p(2), "-master.port.grpc", p(3),
+		"-volume.port", p(4), "-volume.port.grpc", p(5),
+		"-filer.port", p(6), "-filer.port.grpc", p(7),
+		"-webdav=false", "-webdav.port", p(8), "-admin.ui=false", "-admin.port", p(9), "-admin.port.legacy", "0",
+		"-s3.port.iceberg", "0", "-s3.port.lance", "0", "-master.telemetry=false")
+	return startProc(cmd, "seaweedfs", addr, data, logPath)
+}
+
+// freePorts returns n distinct free TCP ports of 127.0.0.1 (held open
+// together while chosen, so they differ; another process may still take
+// one before the server binds it, which Start's retries cover).
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// startProc starts cmd, logging to logPath, and returns once addr accepts
+// connections (bounded by StartTimeout), or the process's exit with its log.
+func startProc(cmd *exec.Cmd, name, addr, data, logPath string) (*Server, error) {
 	logf, err := vfs.Default.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, "posix", data)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "AWS_CA_BUNDLE=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -254,23 +412,24 @@ func start(bin, data, logPath string) (*Server, error) {
 	exited := make(chan error, 1)
 	done := make(chan struct{})
 	go func() { exited <- cmd.Wait(); logf.Close(); close(done) }()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(StartTimeout)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("versitygw on %s exited: %v\n%s", addr, err, tail(readLog(logPath)))
+			return nil, fmt.Errorf("%s on %s exited: %v\n%s", name, addr, err, tail(readLog(logPath)))
 		default:
 		}
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return &Server{Endpoint: "http://" + addr, Dir: data, proc: cmd.Process, done: done}, nil
+			return &Server{Endpoint: "http://" + addr, Dir: data, proc: cmd.Process, done: done,
+				argv: cmd.Args, name: name, addr: addr, logPath: logPath}, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = cmd.Process.Kill()
 	<-done
-	return nil, fmt.Errorf("versitygw on %s did not accept connections within 20s", addr)
+	return nil, fmt.Errorf("%s on %s did not accept connections within %v\n%s", name, addr, StartTimeout, tail(readLog(logPath)))
 }
 
 func readLog(path string) string {

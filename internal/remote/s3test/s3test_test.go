@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"wsfs/internal/remote"
@@ -68,5 +71,34 @@ func TestConditionalPut(t *testing.T) {
 	b, e3, err := st.GetETag(ctx, "lease")
 	if err != nil || string(b) != "three" || e3 != e2 {
 		t.Fatalf("get: %q %q %v (want three, %q)", b, e3, err, e2)
+	}
+}
+
+// TestEnginesPinned: each engine's version constant is the one its tools
+// module requires, and the tools module imports the package the helper
+// builds (a bump of one without the other would build a different server
+// than the cache directory's name says).
+func TestEnginesPinned(t *testing.T) {
+	for name, e := range engines {
+		t.Run(name, func(t *testing.T) {
+			mod, err := toolsModule(e.tools)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gomod, err := os.ReadFile(filepath.Join(mod, "go.mod"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(gomod), " "+e.version+"\n") {
+				t.Errorf("tools/%s/go.mod does not require version %s", e.tools, e.version)
+			}
+			src, err := os.ReadFile(filepath.Join(mod, "tools.go"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(src), `_ "`+e.pkg+`"`) {
+				t.Errorf("tools/%s/tools.go does not import %s", e.tools, e.pkg)
+			}
+		})
 	}
 }

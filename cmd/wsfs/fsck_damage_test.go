@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"wsfs/internal/host"
+	"wsfs/internal/objid"
+	"wsfs/internal/pool"
+	"wsfs/internal/snapshot"
+	"wsfs/internal/vfs"
+)
+
+// TestFsckDamageThenMount is the fsck proof of the lifecycle issue: for
+// each kind of damage the test makes (a flipped byte in an object, a
+// deleted object, a corrupt snapshot manifest, a torn log tail, a corrupt
+// group before the tail), `wsfs fsck` finds and names it, and a real
+// `wsfs mount` of the workspace still serves the rest: every file the
+// damage does not touch reads back whole, a file whose object is damaged
+// or gone gives EIO, and a torn last group is dropped. A corrupt group
+// before the tail is refused by the mount (exit 4, naming the repair)
+// until `wsfs fsck --repair`, after which the groups before it are served.
+func TestFsckDamageThenMount(t *testing.T) {
+	skipWithoutFUSE(t)
+	ctx := context.Background()
+	first, mid, last := []byte("FIRST-GROUP-CONTENT"), []byte("MID-GROUP-CONTENT"), []byte("LAST-GROUP-CONTENT")
+	big1 := bytes.Repeat([]byte("pooled one "), 8000)
+	big2 := bytes.Repeat([]byte("pooled two "), 8000)
+	const eio = "EIO" // a file whose read must fail with EIO
+	all := map[string]string{"a": string(first), "big1": string(big1), "big2": string(big2), "mid": string(mid), "last": string(last)}
+	without := func(names ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range all {
+			m[k] = v
+		}
+		for _, n := range names {
+			delete(m, n)
+		}
+		return m
+	}
+	flipFile := func(t *testing.T, path string, at int) {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[at] ^= 0x20
+		os.Chmod(path, 0o600)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lastSeg := func(t *testing.T, h *host.Host) string {
+		t.Helper()
+		segs, _ := filepath.Glob(filepath.Join(h.WorkspaceDir("ws"), "log", "*.seg"))
+		if len(segs) == 0 {
+			t.Fatal("no segments")
+		}
+		sort.Strings(segs)
+		return segs[len(segs)-1]
+	}
+	for _, tc := range []struct {
+		name   string
+		verify bool
+		damage func(t *testing.T, h *host.Host) []string // what fsck must print
+		exit   int                                       // fsck's exit code
+		refuse bool                                      // the mount refuses until fsck --repair
+		want   map[string]string                         // what the mount serves afterwards
+	}{
+		{"object flipped", true, func(t *testing.T, h *host.Host) []string {
+			p := objPath(t, h, objid.Sum(big1))
+			flipFile(t, p, 100)
+			return []string{objid.Sum(big1).String(), "/big1"}
+		}, exitCorrupt, false, func() map[string]string { m := without(); m["big1"] = eio; return m }()},
+		{"object deleted", false, func(t *testing.T, h *host.Host) []string {
+			p := objPath(t, h, objid.Sum(big1))
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"object-missing", objid.Sum(big1).String(), "/big1"}
+		}, exitCorrupt, false, func() map[string]string { m := without(); m["big1"] = eio; return m }()},
+		{"manifest corrupt", false, func(t *testing.T, h *host.Host) []string {
+			in, err := snapshot.Get(vfs.Default, h.WorkspaceDir("ws"), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flipFile(t, objPath(t, h, in.Root), 12)
+			return []string{"the manifests of ws@1 cannot be read"}
+		}, exitCorrupt, false, without()},
+		{"torn tail", false, func(t *testing.T, h *host.Host) []string {
+			seg := lastSeg(t, h)
+			fi, err := os.Stat(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(seg, fi.Size()-6); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"torn-tail", seg}
+		}, exitOK, false, without("last")},
+		{"corrupt group before the tail", false, func(t *testing.T, h *host.Host) []string {
+			seg := lastSeg(t, h)
+			b, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := bytes.Index(b, mid)
+			if at < 0 {
+				t.Fatal("the middle group is not in the last segment")
+			}
+			flipFile(t, seg, at)
+			return []string{seg, "offset", "wsfs fsck --repair ws"}
+		}, exitCorrupt, true, without("mid", "last")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			home := newHost(t)
+			h, err := host.Open(home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fsckWrite(t, h, map[string][]byte{"a": first, "big1": big1})
+			if code, out, errs := runCLI(ctx, "snapshot", "create", "--home", home, "ws"); code != 0 {
+				t.Fatalf("snapshot: %d %s%s", code, out, errs)
+			}
+			fsckWrite(t, h, map[string][]byte{"big2": big2})
+			fsckWrite(t, h, map[string][]byte{"mid": mid})
+			fsckWrite(t, h, map[string][]byte{"last": last})
+			if code, out, errs := runCLI(ctx, "fsck", "--home", home, "--verify-data", "ws"); code != exitOK {
+				t.Fatalf("fsck before the damage: %d\n%s%s", code, out, errs)
+			}
+			names := tc.damage(t, h)
+			args := []string{"fsck", "--home", home, "ws"}
+			if tc.verify {
+				args = append(args, "--verify-data")
+			}
+			code, out, errs := runCLI(ctx, args...)
+			if code != tc.exit {
+				t.Errorf("fsck: exit %d, want %d\n%s%s", code, tc.exit, out, errs)
+			}
+			for _, n := range names {
+				if !strings.Contains(out, n) {
+					t.Errorf("fsck does not name %q:\n%s%s", n, out, errs)
+				}
+			}
+			mp := filepath.Join(t.TempDir(), "mnt")
+			os.Mkdir(mp, 0o755)
+			if tc.refuse {
+				code, out := runProc(t, nil, "mount", "--home", home, "ws", mp)
+				if code != exitCorrupt || !strings.Contains(out, "wsfs fsck --repair ws") {
+					t.Fatalf("mount of the damaged log: exit %d, want %d naming the repair:\n%s", code, exitCorrupt, out)
+				}
+				if code, out, errs := runCLI(ctx, "fsck", "--home", home, "--repair", "ws"); code != exitOK {
+					t.Fatalf("fsck --repair: exit %d\n%s%s", code, out, errs)
+				}
+			}
+			d := startNamedDaemon(t, home, "ws", mp, nil)
+			for name, want := range tc.want {
+				got, err := os.ReadFile(filepath.Join(mp, name))
+				switch {
+				case want == eio:
+					if !errors.Is(err, syscall.EIO) {
+						t.Errorf("%s: read %d bytes, %v; want EIO", name, len(got), err)
+					}
+				case err != nil || string(got) != want:
+					t.Errorf("%s: read %d bytes, %v; want %d bytes", name, len(got), err, len(want))
+				}
+			}
+			for name := range all {
+				if _, ok := tc.want[name]; !ok {
+					if _, err := os.Stat(filepath.Join(mp, name)); !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("%s: %v; want it gone with its group", name, err)
+					}
+				}
+			}
+			stopOK(t, d)
+		})
+	}
+}
+
+// objPath is the path of object id in h's pool.
+func objPath(t *testing.T, h *host.Host, id objid.ID) string {
+	t.Helper()
+	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Path(id)
+}
