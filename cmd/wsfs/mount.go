@@ -17,6 +17,7 @@ import (
 	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/pool"
+	"wsfs/internal/remote"
 	"wsfs/internal/seglog"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -55,6 +56,9 @@ first); fsync returns once everything before it is durable.`)
 	prefetchParallel := flags.Int("prefetch-parallel", 4, "concurrent fetches of the background prefetch")
 	fetchTimeout := flags.Duration("fetch-timeout", time.Minute, "bound on one fetch of a not-yet-local object from the remote (a read past it fails with EIO)")
 	debugFUSE := flags.Bool("debug-fuse", false, "log every FUSE request (very verbose)")
+	steal := flags.Bool("steal", false, "remote tier: take the workspace's lease over although another host holds it (only once that lease has expired: its host is gone)")
+	remoteFsync := flags.Bool("remote-fsync", false, "remote tier: every fsync returns only once its group is in the remote (as the config's remote.sync_fsync); needs the workspace's shipper running")
+	remoteFsyncTimeout := flags.Duration("remote-fsync-timeout", 60*time.Second, "with --remote-fsync: an fsync whose group is not in the remote this long after it committed locally fails with EIO")
 	cpuProfile := flags.String("cpuprofile", "", "diagnostic: write a pprof CPU profile of the daemon to FILE at a clean exit (default: $WSFS_CPUPROFILE_DIR/NAME-PID.pprof if that variable is set)")
 	if err := parseFlags(flags, args); err != nil {
 		return err
@@ -122,8 +126,13 @@ first); fsync returns once everything before it is durable.`)
 		}
 	}
 
+	rem, err := daemonRemote(ctx, h, *steal, *remoteFsync, *remoteFsyncTimeout)
+	if err != nil {
+		return err
+	}
 	err = daemon.Run(ctx, daemon.Config{
-		Host: h, Name: name, MountPoint: mp,
+		Remote: rem,
+		Host:   h, Name: name, MountPoint: mp,
 		GroupRecords: *groupRecords, GroupWindow: *groupWindow, Drain: d,
 		EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout,
 		Passthrough: *passthrough, Writeback: *writeback, DebugFUSE: *debugFUSE,
@@ -133,9 +142,12 @@ first); fsync returns once everything before it is durable.`)
 	})
 	var oe *daemon.OpenError
 	var pe *fusefs.PreconditionError
+	var re *daemon.RefusedError
 	switch {
 	case errors.As(err, &oe):
 		return classifyOpenError(name, oe.Err)
+	case errors.As(err, &re):
+		return preconditionError{err}
 	case errors.As(err, &pe):
 		return preconditionError{err}
 	}
@@ -215,4 +227,29 @@ func startCPUProfile(path string) (stop func(*slog.Logger), err error) {
 			lg.Warn("CPU profile not written", "path", path, "err", err)
 		}
 	}, nil
+}
+
+// daemonRemote returns the daemon's remote-tier settings when the host has
+// a remote tier (nil when it has none; --steal and --remote-fsync then
+// are refused, exit 3).
+func daemonRemote(ctx context.Context, h *host.Host, steal, remoteFsync bool, timeout time.Duration) (*daemon.Remote, error) {
+	cfg, err := remote.ReadConfig(h)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Enabled() {
+		if steal || remoteFsync {
+			return nil, preconditionError{fmt.Errorf("--steal and --remote-fsync need a remote tier: host %s has no \"remote\" section in %s (see README, \"Remote tier\")", h.Home(), host.ConfigFile)}
+		}
+		return nil, nil
+	}
+	_, st, err := openRemote(ctx, h, "")
+	if err != nil {
+		return nil, err
+	}
+	id, err := remote.HostID(h)
+	if err != nil {
+		return nil, err
+	}
+	return &daemon.Remote{Store: st, HostID: id, LeaseTTL: cfg.LeaseTTL(), Steal: steal, SyncFsync: remoteFsync || cfg.SyncFsync, SyncTimeout: timeout}, nil
 }

@@ -44,7 +44,20 @@ from its Litestream replica in the same bucket when one exists.
 --from s3://BUCKET[/PREFIX]?endpoint=URL&path-style=true names the remote;
 default: the host config's remote. The workspace must not exist here.
 
-Not done yet: --at.`
+The shipped snapshots come along: their catalog entries and objects are
+imported, so snapshot ls/fork/restore work here as on the old host.
+
+--at SNAPSHOT|TIME restores an earlier state instead of the latest: a
+shipped snapshot by ID or label (the newest with that label), or the latest
+shipped committed state at or before TIME, an RFC 3339 time
+(2026-12-01T19:30:00Z) or a duration ago (15m, 2h): the newest of the
+shipped snapshots taken by then and the head's log cut at the last batch
+shipped by then. Nothing matching is an error (exit 3) listing what exists.
+The state is restored as a new group one past the remote head's (group
+numbers never go back), and shipped right away as the workspace's new
+remote head: later states that no snapshot holds are then left to remote
+GC. The agent state is restored as of the same time.
+`
 
 func runPull(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "pull", "NAME", pullAbout)
@@ -53,6 +66,7 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 	noAgent := fs.Bool("no-agent-state", false, "do not restore the agent state database")
 	fetchAll := fs.Bool("fetch-all", false, "fetch every pool object the workspace references before returning (default: the daemon fetches them on first read and in the background)")
 	steal := fs.Bool("steal", false, "take the workspace's lease over even though another host holds it (only once that lease has expired: its host is gone)")
+	atArg := fs.String("at", "", "restore the state of a shipped snapshot (ID or label) or the latest shipped state at or before a time (RFC 3339, or a duration ago like 15m)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -62,6 +76,12 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 	}
 	if err := host.ValidateName(name); err != nil {
 		return usageError{err.Error()}
+	}
+	var at ship.At
+	if *atArg != "" {
+		if at, err = ship.ParseAt(*atArg, time.Now()); err != nil {
+			return usageError{err.Error()}
+		}
 	}
 	h, err := openHostChecked(g.home, "")
 	if err != nil {
@@ -100,14 +120,14 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	start := time.Now()
-	res, err := ship.Pull(ctx, ship.PullOptions{Store: st, Name: name, Dir: h.WorkspaceDir(name), Pool: p,
+	res, err := ship.Pull(ctx, ship.PullOptions{Store: st, Name: name, Dir: h.WorkspaceDir(name), Pool: p, At: at,
 		Lazy: !*fetchAll, RemoteURL: cfg.URL()})
 	if err != nil {
 		var ce *ship.CorruptRemoteError
 		if errors.As(err, &ce) {
 			return corruptError{err}
 		}
-		if errors.Is(err, ship.ErrNotShipped) {
+		if errors.Is(err, ship.ErrNotShipped) || errors.Is(err, ship.ErrNoSuchState) {
 			return preconditionError{err}
 		}
 		return err
@@ -116,17 +136,39 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		return fmt.Errorf("pull %s: register the workspace in the pool: %w", name, err)
 	}
 	if *fetchAll {
-		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d objects (%d fetched), %d bytes in %.2fs\n",
-			name, res.Group, st, res.Inodes, res.Objects, res.Fetched, res.BytesGot, time.Since(start).Seconds())
+		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d objects (%d fetched), %d snapshots, %d bytes in %.2fs\n",
+			name, res.Group, st, res.Inodes, res.Objects, res.Fetched, res.Snapshots, res.BytesGot, time.Since(start).Seconds())
 	} else {
 		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d bytes in %.2fs (tree %.2fs, local write %.2fs); %d objects are fetched on first read and in the background\n",
 			name, res.Group, st, res.Inodes, res.BytesGot, time.Since(start).Seconds(), res.TreeTime.Seconds(), res.WriteTime.Seconds(), res.Objects)
+	}
+	if !at.IsZero() {
+		fmt.Fprintf(g.stdout, "%s: --at %s selected %s\n", name, *atArg, res.Selected)
+		if res.Group != res.AsOf {
+			// Make the earlier state the remote head now, so that the
+			// bucket and this host agree before anything else happens.
+			opts, err := shipOptions(h, name, cfg, st, lg)
+			if err != nil {
+				return err
+			}
+			bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			g2, err := ship.Barrier(bctx, opts)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("pull %s --at %s: the workspace is here, but shipping its state as the new remote head failed (run wsfs sync %s): %w", name, *atArg, name, err)
+			}
+			fmt.Fprintf(g.stdout, "%s: shipped as the new remote head (group %d)\n", name, g2)
+		}
 	}
 	if *noAgent {
 		return nil
 	}
 	url := cfg.AgentStateURL(name)
-	if err := agentstate.Restore(ctx, agentstate.RestoreOptions{ReplicaURL: url, To: agentstate.PathsFor(h, name).DB}); err != nil {
+	ro := agentstate.RestoreOptions{ReplicaURL: url, To: agentstate.PathsFor(h, name).DB}
+	if !at.IsZero() {
+		ro.At = res.AsOfTime
+	}
+	if err := agentstate.Restore(ctx, ro); err != nil {
 		fmt.Fprintf(g.stderr, "%s: agent state not restored from %s: %v\n", name, cfg, err)
 		return nil
 	}

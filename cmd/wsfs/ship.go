@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"wsfs/internal/host"
+	"wsfs/internal/metrics"
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/ship"
@@ -42,6 +43,10 @@ valid 30s; the host is named by HOME/host-id) and ships only while it does:
 a workspace another host serves is refused with the holder and the lease's
 age. Its head is written with conditional PUTs, so a host that lost the
 workspace can never overwrite the new owner's head.
+
+--metrics ADDR serves the shipper's Prometheus metrics (wsfs_ship_*: lag,
+shipped and local group, bytes and objects uploaded, snapshots, rounds,
+retries, errors by kind) at http://ADDR/metrics.
 
 Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or the
 config's credentials_file); they are never logged.`
@@ -97,6 +102,7 @@ func runShip(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "ship", "NAME", shipAbout)
 	g.homeFlag(fs)
 	interval := fs.Duration("interval", 50*time.Millisecond, "how often to look for newly committed groups")
+	metricsAddr := fs.String("metrics", "", "serve the shipper's Prometheus metrics (lag, bytes and objects shipped, errors by kind, retries) on ADDR (host:port) at /metrics")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -125,6 +131,19 @@ func runShip(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	sh := ship.New(opts)
+	if *metricsAddr != "" {
+		m := metrics.New(name)
+		if err := m.Registry.Register(sh.Collector()); err != nil {
+			return err
+		}
+		ms, err := m.Serve(*metricsAddr)
+		if err != nil {
+			return usageError{fmt.Sprintf("--metrics: %v", err)}
+		}
+		defer ms.Close()
+		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
+	}
 	lg.Info("ship: shipping", "workspace", name, "remote", st.String())
-	return ship.New(opts).Run(ctx, ship.RunOptions{Interval: *interval, WriteStatus: true})
+	return sh.Run(ctx, ship.RunOptions{Interval: *interval, WriteStatus: true})
 }

@@ -52,6 +52,9 @@ type Config struct {
 	Logger      *slog.Logger
 	// Serving, if set, is called once the mount is live.
 	Serving func(mountPoint string)
+	// Remote, if set: the workspace's lease is held while serving, and
+	// fsync may wait for the remote (see Remote).
+	Remote *Remote
 
 	// For a workspace pulled lazily (`wsfs pull`; see fetch.go):
 	// NoPrefetch turns the background prefetch off (objects then stay
@@ -105,9 +108,24 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if m != nil {
 		wsOpts.Observer = m
 	}
+	if r := cfg.Remote; r != nil && r.SyncFsync {
+		dir := h.WorkspaceDir(name)
+		wsOpts.AfterFsync = func(g uint64) error { return r.waitShipped(dir, g) }
+	}
 	ws, err := workspace.Open(wsOpts)
 	if err != nil {
 		return &OpenError{err}
+	}
+	var leaseLost <-chan error
+	if r := cfg.Remote; r != nil {
+		// The local lock is held (Open): no other daemon of this host
+		// serves the workspace; the lease says no other host does.
+		if err := r.acquire(ctx, h.WorkspaceDir(name), name); err != nil {
+			return errors.Join(err, ws.Close())
+		}
+		lctx, stopLease := context.WithCancel(ctx)
+		defer stopLease()
+		leaseLost = r.keepLease(lctx, ws, name, lg)
 	}
 	// From here on every return closes the workspace (committing what is
 	// pending) and reports a failure to do so with the error that ended
@@ -210,6 +228,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		lg.Info("unmounted cleanly", "took", time.Since(start).Round(time.Millisecond))
 		return nil
+	case lerr := <-leaseLost:
+		unmounted = true
+		return errors.Join(lerr, srv.Unmount(), closeWS())
 	case <-srv.Done():
 		// Unmounted from outside (umount, fusermount -u): everything the
 		// kernel sent is committed by Close, but the daemon did not stop

@@ -17,7 +17,7 @@ import (
 var ConfigSections = map[string][]string{
 	"agent_state": {"replica_url"}, // internal/agentstate.ConfigSection
 	"remote": {"endpoint", "bucket", "prefix", "region", "path_style", // internal/remote.Config
-		"credentials_file", "profile", "lease_ttl_seconds", "no_prefetch"},
+		"credentials_file", "profile", "lease_ttl_seconds", "sync_fsync", "no_prefetch"},
 }
 
 // UnknownConfigKeys returns the keys of a wsfs.json (top-level, and inside

@@ -48,6 +48,10 @@ type Config struct {
 	// renewal (default 30): after a host is lost, another host can take
 	// its workspaces over (pull --steal) once this much time has passed.
 	LeaseTTLSeconds int `json:"lease_ttl_seconds,omitempty"`
+	// SyncFsync makes every fsync on this host's mounts return only once
+	// the group holding it is in the remote (as `wsfs mount
+	// --remote-fsync`); a remote failure fails the fsync with EIO.
+	SyncFsync bool `json:"sync_fsync,omitempty"`
 	// NoPrefetch turns off the background prefetch of lazily pulled
 	// workspaces on this host (as `wsfs mount --prefetch=false` does):
 	// their contents are then fetched only when read.

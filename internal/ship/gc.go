@@ -21,6 +21,7 @@ const MinGCGrace = time.Hour
 // GCStats describe a remote GC.
 type GCStats struct {
 	Workspaces        int   // heads marked
+	Snapshots         int   // shipped snapshots marked
 	Referenced        int   // objects their trees reference
 	ObjectsDeleted    int   // unreferenced objects older than the grace
 	ObjectsKept       int   // unreferenced but younger than the grace
@@ -30,12 +31,18 @@ type GCStats struct {
 	LogFilesReferring int   // named by a head
 }
 
-// GC removes from the bucket what no workspace head needs: objects that no
-// head's tree references, and log batches and checkpoints that no head
+// GC removes from the bucket what no workspace head or shipped snapshot
+// needs: objects that no head's tree and no shipped snapshot's manifests
+// reference, and log batches and checkpoints that no head
 // names, each only once it is older than grace (now is the clock).
 //
-// Safety: the mark reads every head and rebuilds its tree (as Pull does);
-// any error stops GC before it deletes anything. A shipper uploads the
+// Safety: the mark reads every head and rebuilds its tree (as Pull does),
+// and walks every shipped snapshot's manifests (read from the bucket and
+// verified); any error stops GC before it deletes anything. A snapshot
+// entry is uploaded after all its objects within one round, as a head
+// is, so the argument below covers snapshots shipped after the mark;
+// snapshot entries themselves are never removed by GC (only by the
+// shipper, when the local catalog drops them). A shipper uploads the
 // objects, batches and checkpoint a head names before that head, within
 // one round (far shorter than the grace), so whatever a head written after
 // the mark will name is younger than the grace — except objects the
@@ -56,11 +63,23 @@ func GC(ctx context.Context, st remote.Store, grace time.Duration, now time.Time
 	}
 	named := map[string]bool{}
 	refs := map[objid.ID]bool{}
+	var names []string
+	seen := map[string]bool{}
 	for _, f := range files {
-		name, ok := strings.CutSuffix(strings.TrimPrefix(f.Key, "workspaces/"), "/head")
-		if !ok || strings.Contains(name, "/") {
-			continue
+		name, _, ok := strings.Cut(strings.TrimPrefix(f.Key, "workspaces/"), "/")
+		if ok && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
 		}
+	}
+	for _, name := range names {
+		// The shipped snapshots first (a workspace may have snapshots
+		// before its first head: an empty workspace's).
+		nsnap, err := remoteSnapshotObjects(ctx, st, name, func(id objid.ID) { refs[id] = true })
+		if err != nil {
+			return stats, fmt.Errorf("remote gc: mark the snapshots of %s: %w", name, err)
+		}
+		stats.Snapshots += nsnap
 		h, found, err := ReadHead(ctx, st, name)
 		if err != nil {
 			return stats, fmt.Errorf("remote gc: mark %s: %w", name, err)

@@ -87,6 +87,14 @@ func AcquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl
 	nb, _ := json.MarshalIndent(nl, "", "  ")
 	ne, err := st.PutIf(ctx, LeaseKey(name), nb, etag)
 	if errors.Is(err, remote.ErrPrecondition) {
+		// Another process of this host (the daemon and the shipper both
+		// renew) may have renewed it meanwhile: then it is still ours.
+		if b, cur, gerr := st.GetETag(ctx, LeaseKey(name)); gerr == nil {
+			var l Lease
+			if json.Unmarshal(b, &l) == nil && l.Holder == hostID && !l.Released && now.Before(l.Expires) {
+				return cur, nil
+			}
+		}
 		return "", fmt.Errorf("workspace %s: another host wrote the lease at the same moment: %w", name, err)
 	}
 	return ne, err

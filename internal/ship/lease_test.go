@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
 )
 
@@ -103,5 +104,44 @@ func TestHeadConditional(t *testing.T) {
 	c := New(Options{Dir: f.dir(), Name: "ws", Pool: f.pool, Store: st})
 	if _, err := c.Round(ctx); err == nil || !strings.Contains(err.Error(), "older than the remote") {
 		t.Fatalf("stale local copy: %v", err)
+	}
+}
+
+// TestLeaseRenewedTwiceByOneHost: the daemon and the shipper of one host
+// both renew its lease; a renewal whose conditional PUT loses to the
+// other's still holds the lease (it is this host's), while one that loses
+// to another host's write fails.
+func TestLeaseRenewedTwiceByOneHost(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "lease-twice")
+	ctx := context.Background()
+	now := time.Now()
+	ttl := 10 * time.Second
+	if _, err := AcquireLease(ctx, st, "ws", "host-a", ttl, false, now); err != nil {
+		t.Fatal(err)
+	}
+	// Between the renewal's read and its PUT, the other process renews.
+	f := &remote.Faulty{Store: st}
+	interleave := func(holder string, at time.Time) {
+		done := false
+		f.Hook = func(op, key string, n int) error {
+			if op == "put" && !done {
+				done = true
+				if _, err := AcquireLease(ctx, st, "ws", holder, ttl, true, at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return nil
+		}
+	}
+	interleave("host-a", now.Add(time.Hour))
+	if _, err := AcquireLease(ctx, f, "ws", "host-a", ttl, false, now.Add(time.Second)); err != nil {
+		t.Fatalf("renewal that lost the race to this host's other renewal: %v", err)
+	}
+	// Another host steals in between (a lease far in the future for the
+	// test's clock): the renewal fails.
+	interleave("host-b", now.Add(2*time.Hour)) // after host-a's lease of the hour expired
+	if _, err := AcquireLease(ctx, f, "ws", "host-a", ttl, false, now.Add(2*time.Second)); err == nil {
+		t.Fatal("a renewal that lost the race to another host succeeded")
 	}
 }

@@ -11,11 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"wsfs/internal/manifest"
 	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/seglog"
+	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 )
 
@@ -35,6 +37,11 @@ type PullOptions struct {
 	Pool *pool.Pool
 	// Parallel object downloads (default 8).
 	Parallel int
+	// At selects the state to restore (zero: the head). A state older
+	// than the head is restored as a new group one past the head's, from
+	// a checkpoint, so the workspace's group numbers never go back; its
+	// shipper then ships that checkpoint as the new remote head.
+	At At
 	// Lazy: download no object; write FetchStateName (naming RemoteURL)
 	// instead, so that the workspace mounts at once and its daemon fetches
 	// contents on first read and in a background prefetch.
@@ -52,6 +59,10 @@ type PullResult struct {
 	FromGroup   uint64
 	Checkpoint  uint64 // the remote checkpoint's group (0: none)
 	BatchesRead int
+	Snapshots   int    // shipped snapshots imported into the local catalog
+	Selected    string // the state At chose ("" for the head)
+	AsOf        uint64 // the group whose state was restored (Group, unless At chose an older one)
+	AsOfTime    time.Time
 	// TreeTime is the time to read the head, checkpoint and batches and
 	// rebuild the tree; WriteTime to write the workspace directory
 	// (checkpoint and log, synced).
@@ -75,12 +86,15 @@ func (e *CorruptRemoteError) Error() string {
 // pool (each verified against its hash: a corrupt object is a
 // *CorruptRemoteError naming it, never wrong bytes), syncs them, and
 // writes a checkpoint of the tree at the head's group plus an empty log
-// that continues after it. The daemon then recovers it like any other
-// workspace.
+// that continues after it. The shipped snapshots are imported into the
+// local catalog, their objects fetched too. With opts.At an earlier state
+// is restored instead (see At), as a checkpoint one group past the head.
+// The daemon then recovers it like any other workspace.
 //
 // With Lazy it downloads no object and writes FetchStateName beside the
-// checkpoint instead: the daemon fetches the objects on first read (each
-// verified by the pool) and in its background prefetch (see Prefetch).
+// checkpoint instead (the snapshots' objects listed too): the daemon
+// fetches the objects on first read (each verified by the pool) and in its
+// background prefetch (see Prefetch).
 func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
@@ -101,21 +115,59 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 		return res, fmt.Errorf("pull %s: %s holds no workspace %q (no %s): %w", opts.Name, st, opts.Name, HeadKey(opts.Name), ErrNotShipped)
 	}
 	t0 := time.Now()
-	tree, at, got, nb, err := restoreTree(ctx, st, opts.Name, h)
-	res.BytesGot, res.BatchesRead, res.TreeTime = got, nb, time.Since(t0)
-	if h.Checkpoint != nil {
-		res.Checkpoint = h.Checkpoint.Group
-	}
+	snaps, lastSnapID, err := RemoteSnapshots(ctx, st, opts.Name)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("pull %s: read the shipped snapshots: %w", opts.Name, err)
 	}
-	res.Group, res.Inodes = at, tree.Len()
+	var tree *namespace.Tree
+	var at uint64
+	if opts.At.IsZero() {
+		var got int64
+		var nb int
+		tree, at, got, nb, err = restoreTree(ctx, st, opts.Name, h)
+		res.BytesGot, res.BatchesRead = got, nb
+		if h.Checkpoint != nil {
+			res.Checkpoint = h.Checkpoint.Group
+		}
+		if err != nil {
+			return res, err
+		}
+		res.AsOf, res.AsOfTime = at, h.ShippedAt
+	} else {
+		sel, err := selectState(ctx, st, opts.Name, h, snaps, opts.At)
+		res.BytesGot += sel.got
+		if err != nil {
+			return res, err
+		}
+		tree, at = sel.tree, sel.group
+		res.Selected, res.AsOf, res.AsOfTime = sel.what, sel.group, sel.time
+		if at != h.Group {
+			at = h.Group + 1 // a new group: the state as of sel
+		}
+	}
+	res.Group, res.Inodes, res.TreeTime = at, tree.Len(), time.Since(t0)
+	importSnaps := func(tmp string) error {
+		for _, in := range snaps {
+			if err := snapshot.Import(opts.FS, tmp, in, lastSnapID); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	res.Snapshots = len(snaps)
 
-	// Objects.
+	// Objects: the tree's and the shipped snapshots' (manifests too), so
+	// that the local catalog is whole (local GC and fork read them).
 	ids := map[objid.ID]struct{}{}
 	for _, n := range tree.Inodes() {
 		if n.IsReg() {
 			n.Content.Objects(func(id objid.ID) { ids[id] = struct{}{} })
+		}
+	}
+	visited := map[objid.ID]bool{}
+	for _, in := range snaps {
+		if err := manifest.ForEachObject(remoteManifests{ctx, st}, in.Root, visited, func(id objid.ID) { ids[id] = struct{}{} }); err != nil {
+			return res, fmt.Errorf("pull %s: shipped snapshot %d: %w", opts.Name, in.ID, err)
 		}
 	}
 	res.Objects = len(ids)
@@ -129,6 +181,9 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 		}
 		t1 := time.Now()
 		err := writeWorkspace(opts, tree, at, func(tmp string) error {
+			if err := importSnaps(tmp); err != nil {
+				return err
+			}
 			fst := FetchState{Version: FetchStateVersion, Remote: opts.RemoteURL, Group: at, Objects: make([]string, 0, len(list))}
 			for _, id := range list {
 				fst.Objects = append(fst.Objects, id.String())
@@ -157,7 +212,7 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 	if err := opts.Pool.SyncObjects(list, 0); err != nil {
 		return res, fmt.Errorf("pull %s: sync fetched objects: %w", opts.Name, err)
 	}
-	return res, writeWorkspace(opts, tree, at, nil)
+	return res, writeWorkspace(opts, tree, at, importSnaps)
 }
 
 // writeWorkspace writes the workspace directory of a pull, holding a

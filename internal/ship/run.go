@@ -87,8 +87,9 @@ func (s *Shipper) Run(ctx context.Context, ro RunOptions) error {
 	wait := ro.Interval
 	lastErr := ""
 	var lastStatus time.Time
+	var lastShipped uint64
 	for {
-		_, err := s.Round(ctx)
+		shipped, err := s.Round(ctx)
 		if s.failed != nil {
 			s.writeStatus(ro)
 			return s.failed
@@ -105,10 +106,13 @@ func (s *Shipper) Run(ctx context.Context, ro RunOptions) error {
 			}
 			lastErr, wait = "", ro.Interval
 		}
-		if ro.WriteStatus && time.Since(lastStatus) >= time.Second/4 {
+		// At once when a group shipped or a round failed (a daemon's
+		// remote fsync waits on this file), else about 4 times a second.
+		if ro.WriteStatus && (time.Since(lastStatus) >= time.Second/4 || shipped != lastShipped || err != nil) {
 			s.writeStatus(ro)
 			lastStatus = time.Now()
 		}
+		lastShipped = shipped
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), ro.FinalTimeout)

@@ -32,7 +32,9 @@
 //     batches);
 //  3. the groups, re-framed as segment files (log/<first>-<last>.seg);
 //  4. the head (workspaces/NAME/head), naming the checkpoint and the
-//     batches that bring it to the last shipped group.
+//     batches that bring it to the last shipped group;
+//  5. the snapshots whose group the head now names: their objects, then
+//     their catalog entries (snapshots.go, "Snapshots in the bucket").
 //
 // A restore reads only what the head names, so a crash or an error between
 // any two uploads leaves the previous head, whose every referenced file and
@@ -76,6 +78,10 @@ type CheckpointRef struct {
 	Group uint64 `json:"group"`
 	Key   string `json:"key"`
 	Size  int64  `json:"size"`
+	// ShippedAt is when the head first naming it was written: every group
+	// it holds was committed by then (pull --at TIME). Zero in heads
+	// written before it existed: such a head is not selectable by time.
+	ShippedAt time.Time `json:"shipped_at,omitzero"`
 }
 
 // Batch names a shipped run of groups First..Last in segment format.
@@ -84,6 +90,9 @@ type Batch struct {
 	Last  uint64 `json:"last"`
 	Key   string `json:"key"`
 	Size  int64  `json:"size"`
+	// ShippedAt is when the head first naming group Last was written
+	// (see CheckpointRef.ShippedAt).
+	ShippedAt time.Time `json:"shipped_at,omitzero"`
 }
 
 func decodeHead(b []byte) (Head, error) {

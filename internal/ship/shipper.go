@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -91,9 +92,15 @@ type Stats struct {
 	Checkpoints       int64     `json:"checkpoints_shipped"`
 	Merges            int64     `json:"batch_merges"`
 	Rounds            int64     `json:"rounds"`
+	SnapshotsShipped  int64     `json:"snapshots_shipped"`
+	SnapshotsRemoved  int64     `json:"snapshots_removed"`
 	LastShippedAt     time.Time `json:"last_shipped_at,omitzero"`
-	LastError         string    `json:"last_error,omitempty"`
-	ConsecutiveFails  int       `json:"consecutive_failures,omitempty"`
+	// Retries counts rounds run after a failed round; Errors counts
+	// failed rounds by ErrorKind.
+	Retries          int64            `json:"retries"`
+	Errors           map[string]int64 `json:"errors_by_kind,omitempty"`
+	LastError        string           `json:"last_error,omitempty"`
+	ConsecutiveFails int              `json:"consecutive_failures,omitempty"`
 }
 
 // Shipper ships one workspace. Round and Stats may not be called
@@ -121,6 +128,12 @@ type Shipper struct {
 	lastPut   time.Time // ShippedAt of the last head this shipper tried to write
 	leaseETag string
 	leaseAt   time.Time
+
+	remoteSnaps  map[uint64]bool   // snapshot entries in the bucket (nil: not listed yet)
+	remoteLastID uint64            // the bucket's snapshots/last-id
+	pendingSnaps map[uint64]uint64 // local snapshots waiting for the head to reach their group
+	prevLocal    []uint64          // the local catalog's IDs when the bucket last matched it
+	snapsInSync  bool
 
 	mu    sync.Mutex
 	stats Stats
@@ -162,6 +175,7 @@ func (s *Shipper) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
+	st.Errors = maps.Clone(s.stats.Errors)
 	return st
 }
 
@@ -200,7 +214,14 @@ func (s *Shipper) Round(ctx context.Context) (uint64, error) {
 	shipped, err := s.round(ctx)
 	s.mu.Lock()
 	s.stats.Rounds++
+	if s.stats.ConsecutiveFails > 0 {
+		s.stats.Retries++
+	}
 	if err != nil {
+		if s.stats.Errors == nil {
+			s.stats.Errors = map[string]int64{}
+		}
+		s.stats.Errors[ErrorKind(err)]++
 		s.stats.LastError = err.Error()
 		s.stats.ConsecutiveFails++
 	} else {
@@ -270,7 +291,11 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	var ck *localCheckpoint
 	gap := len(s.buf) > 0 && s.buf[0].n > next
 	compact := (len(s.head.Batches) >= s.opts.CompactBatches || s.needCkpt) && len(s.buf) > 0
-	if gap || compact {
+	// ahead: the local log is past the head with no group to ship; the
+	// groups in between are only in a checkpoint (a workspace pulled with
+	// --at starts from a checkpoint one group past the remote head).
+	ahead := len(s.buf) == 0 && s.local > s.head.Group
+	if gap || compact || ahead {
 		c, err := s.latestCheckpoint()
 		if err != nil {
 			return s.head.Group, err
@@ -292,7 +317,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		}
 	}
 	if ck == nil && len(s.buf) == 0 {
-		return s.head.Group, nil
+		return s.head.Group, s.shipSnapshots(ctx)
 	}
 	var groups []group
 	for _, g := range s.buf {
@@ -340,7 +365,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		if err := s.opts.Store.Put(ctx, key, ck.file); err != nil {
 			return s.head.Group, err
 		}
-		nh.Checkpoint = &CheckpointRef{Group: ck.group, Key: key, Size: int64(len(ck.file))}
+		nh.Checkpoint = &CheckpointRef{Group: ck.group, Key: key, Size: int64(len(ck.file)), ShippedAt: s.opts.Now().UTC()}
 		nh.Batches = nil
 		nh.Group = ck.group
 		for _, b := range s.head.Batches {
@@ -364,7 +389,9 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return s.head.Group, err
 	}
+	shippedAt := s.opts.Now().UTC()
 	for _, b := range bs {
+		b.ShippedAt = shippedAt
 		nh.Batches = append(nh.Batches, b)
 		nh.Group = b.Last
 	}
@@ -402,7 +429,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 			s.lg.Warn("ship: merging the head's log batches failed; will retry", "err", err)
 		}
 	}
-	return s.head.Group, nil
+	return s.head.Group, s.shipSnapshots(ctx)
 }
 
 // uploadBatches uploads groups (contiguous, ascending) as segment-format
@@ -535,6 +562,15 @@ func (s *Shipper) mergeBatches(ctx context.Context) error {
 	bs, err := s.uploadBatches(ctx, groups)
 	if err != nil {
 		return err
+	}
+	// A merged batch was shipped when the batch holding its last group
+	// was: keep that time, so pull --at TIME stays exact.
+	for j := range bs {
+		for _, ob := range s.head.Batches[i:] {
+			if ob.First <= bs[j].Last && bs[j].Last <= ob.Last {
+				bs[j].ShippedAt = ob.ShippedAt
+			}
+		}
 	}
 	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint,
 		Batches: append(append([]Batch(nil), keep...), bs...)}

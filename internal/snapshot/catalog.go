@@ -430,3 +430,66 @@ func ParseRef(ref string) (name string, id uint64, err error) {
 	}
 	return name, id, nil
 }
+
+// IDs returns the IDs of the catalog's entries, ascending, from one
+// directory listing (no entry is read): a cheap way to notice a change.
+func IDs(fsys vfs.FS, wsDir string) ([]uint64, error) {
+	names, err := fsys.List(Dir(wsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: list catalog: %w", err)
+	}
+	var out []uint64
+	for _, name := range names {
+		if id, ok := parseEntryName(name); ok {
+			out = append(out, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// EntryName is the file name of entry id in the catalog directory (and
+// its key suffix in a remote tier).
+func EntryName(id uint64) string { return entryName(id) }
+
+// Import adds entry in (shipped from another host, its objects already
+// durable in the local pool) to the catalog of the workspace in wsDir
+// durably, keeping its ID; an entry of that ID must not exist. The
+// catalog's last-id is raised to at least lastID, so that no ID the
+// workspace ever used elsewhere is handed out again.
+func Import(fsys vfs.FS, wsDir string, in Info, lastID uint64) error {
+	l, err := lockCatalog(fsys, wsDir)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if _, err := fsys.Stat(filepath.Join(Dir(wsDir), entryName(in.ID))); err == nil {
+		return fmt.Errorf("snapshot: import %d: the catalog of %s has that ID already", in.ID, wsDir)
+	}
+	next, err := nextID(fsys, wsDir)
+	if err != nil {
+		return err
+	}
+	if lastID >= next {
+		if err := vfs.Publish(fsys, filepath.Join(Dir(wsDir), lastIDName), true, func(f vfs.File) error {
+			_, err := fmt.Fprintf(f, "%d\n", lastID)
+			return err
+		}); err != nil {
+			return fmt.Errorf("snapshot: import %d: %w", in.ID, err)
+		}
+	}
+	return publish(fsys, wsDir, in)
+}
+
+// LastID returns the largest ID the catalog ever used (entries and
+// last-id), 0 for none. It reads without the catalog lock.
+func LastID(fsys vfs.FS, wsDir string) (uint64, error) {
+	if _, err := fsys.Stat(Dir(wsDir)); errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	n, err := nextID(fsys, wsDir)
+	return n - 1, err
+}

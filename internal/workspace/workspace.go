@@ -195,6 +195,12 @@ type Options struct {
 	Clock    commit.Clock // time source for records and the committer (default system clock)
 	Logger   *slog.Logger // default slog.Default()
 	Observer commit.Observer
+	// AfterFsync, if set, is called by every fsync (of a file or a
+	// directory) once its barrier committed locally, with the last
+	// committed group (the fsync's operations are in it or before it).
+	// An error fails that fsync with EIO; the workspace goes on. The
+	// daemon's remote fsync waits there for the remote tier.
+	AfterFsync func(group uint64) error
 }
 
 // Stats describe the workspace for `wsfs status` and metrics.
@@ -769,8 +775,22 @@ func (w *Workspace) barrier() error {
 	if err := w.usable(); err != nil {
 		return err
 	}
-	return w.com.Barrier(context.Background())
+	if err := w.com.Barrier(context.Background()); err != nil {
+		return err
+	}
+	if w.opts.AfterFsync != nil {
+		if err := w.opts.AfterFsync(w.com.Stats().LastGroup); err != nil {
+			return &ioError{err}
+		}
+	}
+	return nil
 }
+
+// Fail makes the workspace fail every later mutation and fsync with err
+// (EIO), for good: how its server stops acknowledging writes it can no
+// longer stand behind (a lease lost to another host). What committed
+// before stays durable.
+func (w *Workspace) Fail(err error) { w.setFailed(err) }
 
 // StatFS reports the capacity of the pool's filesystem. (The pool does not
 // expose its vfs.FS; the workspace's FS is asked about the pool directory,
