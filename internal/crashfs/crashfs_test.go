@@ -658,6 +658,17 @@ func TestNoDescriptorLeak(t *testing.T) {
 		t.Fatalf("%d descriptors open after 5 mount/cut/restore rounds, %d before", after, before)
 	}
 
+	// While mounted, the descriptors do not grow with the backing tree:
+	// mount-time data is kept by hard links, not open files. (A 2,000-cut
+	// power-cut run stopped with EMFILE near cut 1,000 when each file of
+	// the growing backing tree held one.)
+	e.remount()
+	if during := openFDs(t); during > before+20 {
+		t.Fatalf("%d descriptors open while a 40-file backing tree is mounted, %d before", during, before)
+	}
+	e.c.Close(testTimeout)
+	e.c = nil
+
 	// A handle never released is closed by the unmount, and its late
 	// Release is then a no-op (the number may be reused meanwhile).
 	e.remount()

@@ -36,7 +36,9 @@
 // File data of the durable image lives in a shadow directory (one file per
 // inode, updated incrementally from the written ranges on each sync); data
 // present at mount time stays where it is, held by an open descriptor, and
-// is copied to the shadow only before its first modification.
+// is kept by a hard link in the shadow directory (a name, not a held
+// descriptor: a backing tree of any size mounts within the descriptor
+// limit) and copied to the shadow only before its first modification.
 package crashfs
 
 import (
@@ -73,7 +75,7 @@ type dnode struct {
 	mtime    *unix.Timespec // nil: not recorded (the rebuild's time is used)
 	size     int64          // files: durable size
 	shadow   bool           // files: the shadow file holds the durable data
-	pristine *os.File       // files: the mount-time file, unmodified so far
+	pristine string         // files: a hard link to the mount-time inode, unmodified so far ("" once copied)
 	target   string         // symlinks
 	entries  map[string]uint64
 }
@@ -145,7 +147,7 @@ func kindOf(mode uint32) byte {
 }
 
 // load makes the model of a backing directory: everything in it is
-// durable, file data pristine (held open).
+// durable, file data pristine (hard-linked into the shadow directory).
 func (m *model) load(backing string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(backing, &st); err != nil {
@@ -184,11 +186,10 @@ func (m *model) load(backing string) error {
 			dn.entries[e.Name()] = id
 			switch kind {
 			case 'f':
-				f, err := os.Open(p)
-				if err != nil {
-					return err
+				c.pristine, c.size = m.pristinePath(id), st.Size
+				if err := os.Link(p, c.pristine); err != nil {
+					return fmt.Errorf("keep the mount-time data of %s (the shadow directory must be on the backing directory's filesystem): %w", p, err)
 				}
-				c.pristine, c.size = f, st.Size
 			case 'd':
 				c.entries = map[string]uint64{}
 				if err := walk(p, c); err != nil {
@@ -207,22 +208,14 @@ func ts(t unix.Timespec) *unix.Timespec { return &t }
 // live file is first modified.
 func (m *model) cow(id uint64) error {
 	dn := m.durable[id]
-	if dn == nil || dn.kind != 'f' || dn.pristine == nil {
+	if dn == nil || dn.kind != 'f' || dn.pristine == "" {
 		return nil
 	}
-	dst, err := os.OpenFile(m.shadowPath(id), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(dst, io.NewSectionReader(dn.pristine, 0, dn.size))
-	if cerr := dst.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := copyFile(m.shadowPath(id), dn.pristine, dn.size, os.O_TRUNC); err != nil {
 		return fmt.Errorf("crashfs: copy-on-write of inode %d: %w", id, err)
 	}
-	dn.pristine.Close()
-	dn.pristine, dn.shadow = nil, true
+	os.Remove(dn.pristine)
+	dn.pristine, dn.shadow = "", true
 	return nil
 }
 
@@ -587,22 +580,13 @@ func (m *model) materialize(id uint64, c *dnode, p string) error {
 			return err
 		}
 		return os.Truncate(p, c.size)
-	case c.pristine != nil:
-		// The mount-time inode, never modified: link it back in if it
-		// still has a name, else copy it.
-		fdPath := "/proc/self/fd/" + strconv.Itoa(int(c.pristine.Fd()))
-		if err := unix.Linkat(unix.AT_FDCWD, fdPath, unix.AT_FDCWD, p, unix.AT_SYMLINK_FOLLOW); err == nil {
+	case c.pristine != "":
+		// The mount-time inode, never modified: link it back in (its
+		// shadow-directory name keeps it), else copy it.
+		if err := os.Link(c.pristine, p); err == nil {
 			return nil
 		}
-		dst, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(dst, io.NewSectionReader(c.pristine, 0, c.size))
-		if cerr := dst.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		return copyFile(p, c.pristine, c.size, os.O_EXCL)
 	default:
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
@@ -618,12 +602,36 @@ func (m *model) materialize(id uint64, c *dnode, p string) error {
 	}
 }
 
-// close releases the pristine descriptors.
+// close drops the pristine links (the shadow directory goes with them).
 func (m *model) close() {
 	for _, dn := range m.durable {
-		if dn.pristine != nil {
-			dn.pristine.Close()
-			dn.pristine = nil
+		if dn.pristine != "" {
+			os.Remove(dn.pristine)
+			dn.pristine = ""
 		}
 	}
+}
+
+// pristinePath is where the mount-time inode of file id is kept.
+func (m *model) pristinePath(id uint64) string {
+	return filepath.Join(m.shadowDir, "pristine-"+strconv.FormatUint(id, 10))
+}
+
+// copyFile copies the first size bytes of src to a new file dst (flag:
+// os.O_TRUNC to replace dst, os.O_EXCL to refuse an existing one).
+func copyFile(dst, src string, size int64, flag int) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|flag, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, io.NewSectionReader(in, 0, size))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
