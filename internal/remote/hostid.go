@@ -36,10 +36,30 @@ func HostID(h *host.Host) (string, error) {
 		return "", err
 	}
 	id := hex.EncodeToString(b[:])
-	if err := vfs.Publish(vfs.Default, path, true, func(f vfs.File) error {
+	// Publish under a name of our own, then link it to path: a link never
+	// replaces an existing file, so of two processes that start at once on
+	// a fresh host (a daemon and its shipper, as `wsfs up` starts them)
+	// exactly one ID wins, and the loser reads and uses the winner's. A
+	// rename would let the second publication replace the first while the
+	// first process keeps its ID in memory: the daemon and the shipper of
+	// one host would then hold the workspace's lease under two IDs and
+	// lock each other out.
+	mine := path + "." + id
+	if err := vfs.Publish(vfs.Default, mine, true, func(f vfs.File) error {
 		_, err := f.Write([]byte(id + "\n"))
 		return err
 	}); err != nil {
+		return "", fmt.Errorf("create host id: %w", err)
+	}
+	lerr := vfs.Default.Link(mine, path)
+	_ = vfs.Default.Remove(mine)
+	if lerr != nil {
+		if errors.Is(lerr, fs.ErrExist) {
+			return HostID(h) // another process published first: use its ID
+		}
+		return "", fmt.Errorf("create host id: link %s: %w", path, lerr)
+	}
+	if err := vfs.SyncDir(vfs.Default, filepath.Dir(path)); err != nil {
 		return "", fmt.Errorf("create host id: %w", err)
 	}
 	return id, nil
