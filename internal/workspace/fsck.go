@@ -347,8 +347,14 @@ func check(opts CheckOptions) (*Report, error) {
 		}
 	}
 
-	// Temps left by a publication (vfs.Publish) that did not finish.
-	for _, d := range []string{opts.Dir, logDir, ckDir} {
+	// Temps left by a publication (vfs.Publish) that did not finish, in
+	// the workspace's directories: also the snapshot catalog's (a catalog
+	// entry is published there) and the agent state's (a snapshot's copy
+	// of the database is made there as .tmp-cut-*, as large as the
+	// database, and stays behind when the process is killed mid-copy).
+	// The names are the snapshot and agentstate packages' (which import
+	// this one).
+	for _, d := range []string{opts.Dir, logDir, ckDir, filepath.Join(opts.Dir, "snapshots"), filepath.Join(opts.Dir, "agent")} {
 		names, err := opts.FS.List(d)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

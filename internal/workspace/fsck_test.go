@@ -392,6 +392,32 @@ func TestFsckTempsAndLock(t *testing.T) {
 	only(t, f.check(t, false))
 }
 
+// TestFsckTempsInSnapshotsAndAgent: a catalog entry's temp in snapshots/
+// and an agent state copy's temps in agent/ (left by a daemon killed during
+// a snapshot or an online restore) are reported and removed like the
+// others; before, fsck listed only the workspace, log and checkpoint
+// directories, so these stayed forever.
+func TestFsckTempsInSnapshotsAndAgent(t *testing.T) {
+	f := newFsckFixture(t, nil)
+	for _, p := range []string{
+		filepath.Join(f.e.opts.Dir, "snapshots", ".tmp-b06c75c26a4f9c2d"),
+		filepath.Join(f.e.opts.Dir, "agent", ".tmp-cut-96004306.db"),
+		filepath.Join(f.e.opts.Dir, "agent", ".tmp-cut-96004306.db-journal"),
+	} {
+		noErr(t, f.e.fs.MkdirAll(filepath.Dir(p), 0o755))
+		fl, err := f.e.fs.Create(p)
+		noErr(t, err)
+		fl.Close()
+	}
+	rep := f.check(t, false)
+	only(t, rep, ProblemTemp, ProblemTemp, ProblemTemp)
+	did, err := Repair(f.opts(), rep, "/host/saved")
+	if err != nil || len(did) != 3 {
+		t.Fatalf("Repair = %q %v", did, err)
+	}
+	only(t, f.check(t, false))
+}
+
 // TestFsckFlippedLastMarker: issue 11 item 16 through the engine. The last
 // group (an fsynced file) has all its records intact and one flipped byte
 // in its commit marker: the mount refuses instead of dropping it as a torn
