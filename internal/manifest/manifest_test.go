@@ -345,12 +345,10 @@ func FuzzDecodeDir(f *testing.F) {
 	})
 }
 
-// normalize maps empty and nil slices together for comparison.
-func normalize(v any) string { return fmt.Sprintf("%v", v) }
-
-func TestRefV2Golden(t *testing.T) {
-	b := EncodeRefBase(objid.Sum([]byte("root")), 12345, 1000)
-	path := filepath.Join("testdata", "ref-v2.golden")
+// golden returns testdata/name, first writing b there under -update.
+func golden(t *testing.T, name string, b []byte) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", name)
 	if *update {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
@@ -360,6 +358,15 @@ func TestRefV2Golden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return want
+}
+
+// normalize maps empty and nil slices together for comparison.
+func normalize(v any) string { return fmt.Sprintf("%v", v) }
+
+func TestRefV2Golden(t *testing.T) {
+	b := EncodeRefBase(objid.Sum([]byte("root")), 12345, 1000)
+	want := golden(t, "ref-v2.golden", b)
 	if !bytes.Equal(b, want) {
 		t.Fatal("manifest reference v2 encoding changed")
 	}
@@ -387,16 +394,7 @@ func TestRefV2Golden(t *testing.T) {
 
 func TestRefGolden(t *testing.T) {
 	b := EncodeRef(objid.Sum([]byte("root")), 12345)
-	path := filepath.Join("testdata", "ref-v1.golden")
-	if *update {
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := golden(t, "ref-v1.golden", b)
 	if !bytes.Equal(b, want) {
 		t.Fatal("manifest reference encoding changed")
 	}
@@ -432,16 +430,7 @@ func rangedEntries() []Entry {
 
 func TestGoldenRanged(t *testing.T) {
 	b := EncodeDir(rangedEntries())
-	path := filepath.Join("testdata", "dir-ranged-v1.golden")
-	if *update {
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := golden(t, "dir-ranged-v1.golden", b)
 	if !bytes.Equal(b, want) {
 		t.Errorf("ranged directory: encoding changed (%d bytes, golden %d)", len(b), len(want))
 	}
