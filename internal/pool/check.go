@@ -19,3 +19,13 @@ func (p *Pool) Check(id ID) error {
 	}
 	return nil
 }
+
+// Has reports whether object id exists locally: Check as a boolean
+// (nothing fetched or verified).
+func (p *Pool) Has(id ID) (bool, error) {
+	err := p.Check(id)
+	if _, missing := errors.AsType[*MissingObjectError](err); missing {
+		return false, nil
+	}
+	return err == nil, err
+}

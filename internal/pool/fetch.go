@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"sync/atomic"
@@ -74,19 +73,6 @@ func (p *Pool) FetchStats() FetchStats {
 	c := &p.fetchStats
 	return FetchStats{Fetched: c.fetched.Load(), Bytes: c.bytes.Load(), Failed: c.failed.Load(),
 		InFlight: c.inFlight.Load(), Shared: c.shared.Load()}
-}
-
-// Has reports whether object id exists locally (a stat; nothing fetched or
-// verified).
-func (p *Pool) Has(id ID) (bool, error) {
-	_, err := p.fs.Stat(p.Path(id))
-	if err == nil {
-		return true, nil
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	return false, fmt.Errorf("pool: stat object %s: %w", id, err)
 }
 
 // Fetch makes object id local from the pool's Fetcher unless it already
