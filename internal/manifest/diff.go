@@ -189,7 +189,7 @@ func ContentID(c *namespace.Content) objid.ID {
 		base := c.Base()
 		id := ContentID(&base)
 		h := objid.NewHasher()
-		h.Write([]byte{kindRanged})
+		h.Write([]byte{namespace.ContentKindRanged})
 		h.Write(id[:])
 		var num [binary.MaxVarintLen64]byte
 		h.Write(num[:binary.PutUvarint(num[:], c.BaseSize)])
@@ -201,7 +201,7 @@ func ContentID(c *namespace.Content) objid.ID {
 		return h.Sum()
 	case c.IsChunked():
 		h := objid.NewHasher()
-		h.Write([]byte{kindChunked, c.ChunkShift})
+		h.Write([]byte{namespace.ContentKindChunked, c.ChunkShift})
 		for i := range c.Chunks {
 			h.Write(c.Chunks[i][:])
 		}

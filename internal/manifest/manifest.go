@@ -51,6 +51,7 @@ import (
 
 	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
+	"wsfs/internal/wire"
 )
 
 // Frozen constants of the format.
@@ -58,11 +59,6 @@ const (
 	rootMagic = "WSFSMRT1"
 	dirMagic  = "WSFSMDR1"
 	version   = 1
-
-	kindInline  = 0
-	kindObject  = 1
-	kindChunked = 3
-	kindRanged  = 4 // base content + ranges (namespace.Content.Ranges)
 )
 
 // ErrBadManifest is wrapped by every decoding error.
@@ -152,46 +148,11 @@ func appendTime(b []byte, t Time) []byte {
 	return binary.AppendUvarint(b, uint64(t.Nsec))
 }
 
-// appendContent appends a regular file's content:
-//
-//	kind:u8 (0: inline:bytes | 1: object:[32]u8 |
-//	         3: chunked: shift:u8 count:uvarint [32]u8*count |
-//	         4: ranged: basesize:uvarint base:content(kind 0, 1 or 3)
-//	            count:uvarint (off:uvarint data:bytes)*count)
-//
-// Kind 4 (content with pending ranges, see namespace.Content) was added
-// after version 1's first release; manifests without it are unchanged,
-// and a build from before it refuses it ("unknown content kind").
-func appendContent(b []byte, c *namespace.Content) []byte {
-	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
-	switch {
-	case c.Ranges != nil:
-		b = append(b, kindRanged)
-		u(c.BaseSize)
-		base := c.Base()
-		b = appendContent(b, &base)
-		u(uint64(len(c.Ranges)))
-		for _, r := range c.Ranges {
-			u(r.Off)
-			u(uint64(len(r.Data)))
-			b = append(b, r.Data...)
-		}
-	case c.IsChunked():
-		b = append(b, kindChunked, c.ChunkShift)
-		u(uint64(len(c.Chunks)))
-		for i := range c.Chunks {
-			b = append(b, c.Chunks[i][:]...)
-		}
-	case c.IsObject:
-		b = append(b, kindObject)
-		b = append(b, c.Object[:]...)
-	default:
-		b = append(b, kindInline)
-		u(uint64(len(c.Inline)))
-		b = append(b, c.Inline...)
-	}
-	return b
-}
+// A regular file's content is namespace.AppendContent's encoding (kinds
+// 0 inline, 1 object, 3 chunked and 4 ranged). Kind 4 (content with
+// pending ranges) was added after version 1's first release; manifests
+// without it are unchanged, and a build from before it refuses it
+// ("unknown content kind").
 
 func appendEntry(b []byte, e *Entry) []byte {
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
@@ -219,7 +180,7 @@ func appendEntry(b []byte, e *Entry) []byte {
 	case e.IsDir():
 		b = append(b, e.Dir[:]...)
 	case e.IsReg():
-		b = appendContent(b, &e.Content)
+		b = namespace.AppendContent(b, &e.Content)
 	case e.IsSymlink():
 		b = appendStr(b, e.Target)
 	}
@@ -229,27 +190,27 @@ func appendEntry(b []byte, e *Entry) []byte {
 // DecodeRoot decodes a root object. It never panics; errors wrap
 // ErrBadManifest.
 func DecodeRoot(data []byte) (*Root, error) {
-	d := &decoder{b: data}
+	d := newDecoder(data)
 	d.magic(rootMagic)
-	r := &Root{NextIno: d.uvarint("next ino")}
+	r := &Root{NextIno: d.Uvarint("next ino")}
 	r.Entry = d.entry()
-	if d.err == nil && len(d.b) != 0 {
-		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	if d.Err == nil && len(d.B) != 0 {
+		d.Fail(fmt.Sprintf("%d trailing bytes", len(d.B)))
 	}
-	if d.err == nil {
+	if d.Err == nil {
 		switch {
 		case r.Entry.Name != "":
-			d.fail(fmt.Sprintf("root entry has name %q", r.Entry.Name))
+			d.Fail(fmt.Sprintf("root entry has name %q", r.Entry.Name))
 		case !r.Entry.IsDir():
-			d.fail("root entry is not a directory")
+			d.Fail("root entry is not a directory")
 		case r.Entry.Ino != uint64(namespace.RootIno):
-			d.fail(fmt.Sprintf("root entry has inode %d", r.Entry.Ino))
+			d.Fail(fmt.Sprintf("root entry has inode %d", r.Entry.Ino))
 		case r.NextIno <= uint64(namespace.RootIno):
-			d.fail(fmt.Sprintf("next inode %d", r.NextIno))
+			d.Fail(fmt.Sprintf("next inode %d", r.NextIno))
 		}
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	return r, nil
 }
@@ -259,41 +220,41 @@ func DecodeRoot(data []byte) (*Root, error) {
 // never panics; errors wrap ErrBadManifest. Inline contents and xattr
 // values alias data.
 func DecodeDir(data []byte) ([]Entry, error) {
-	d := &decoder{b: data}
+	d := newDecoder(data)
 	d.magic(dirMagic)
-	n := d.uvarint("entry count")
+	n := d.Uvarint("entry count")
 	// Each entry takes at least 14 bytes: bound the allocation by the input.
-	if d.err == nil && n > uint64(len(d.b))/14 {
-		d.fail(fmt.Sprintf("entry count %d with %d bytes left", n, len(d.b)))
+	if d.Err == nil && n > uint64(len(d.B))/14 {
+		d.Fail(fmt.Sprintf("entry count %d with %d bytes left", n, len(d.B)))
 	}
 	var out []Entry
-	if d.err == nil {
+	if d.Err == nil {
 		out = make([]Entry, 0, n)
 	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
+	for i := uint64(0); i < n && d.Err == nil; i++ {
 		e := d.entry()
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		if err := validName(e.Name); err != nil {
-			d.fail(err.Error())
+			d.Fail(err.Error())
 			break
 		}
 		if len(out) > 0 && out[len(out)-1].Name >= e.Name {
-			d.fail(fmt.Sprintf("entry %q after %q: not in increasing order", e.Name, out[len(out)-1].Name))
+			d.Fail(fmt.Sprintf("entry %q after %q: not in increasing order", e.Name, out[len(out)-1].Name))
 			break
 		}
 		if e.Ino <= uint64(namespace.RootIno) {
-			d.fail(fmt.Sprintf("entry %q has inode %d", e.Name, e.Ino))
+			d.Fail(fmt.Sprintf("entry %q has inode %d", e.Name, e.Ino))
 			break
 		}
 		out = append(out, e)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	if d.Err == nil && len(d.B) != 0 {
+		d.Fail(fmt.Sprintf("%d trailing bytes", len(d.B)))
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	return out, nil
 }
@@ -306,227 +267,82 @@ func validName(name string) error {
 	return nil
 }
 
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads the shared wire encoding (wire.Decoder: sticky error,
+// minimal varints, bounded lengths) and adds the manifest's own fields.
+type decoder struct{ wire.Decoder }
 
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrBadManifest, what)
-	}
+func newDecoder(b []byte) *decoder {
+	return &decoder{wire.Decoder{B: b, Kind: ErrBadManifest}}
 }
 
 func (d *decoder) magic(m string) {
-	if len(d.b) < len(m) || string(d.b[:len(m)]) != m {
-		d.fail("bad magic (want " + m + ")")
+	if len(d.B) < len(m) || string(d.B[:len(m)]) != m {
+		d.Fail("bad magic (want " + m + ")")
 		return
 	}
-	d.b = d.b[len(m):]
-	if v := d.uvarint("version"); d.err == nil && v != version {
-		d.fail(fmt.Sprintf("version %d, this wsfs reads version %d", v, version))
+	d.B = d.B[len(m):]
+	if v := d.Uvarint("version"); d.Err == nil && v != version {
+		d.Fail(fmt.Sprintf("version %d, this wsfs reads version %d", v, version))
 	}
-}
-
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong " + what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u32(what string) uint32 {
-	v := d.uvarint(what)
-	if v > 1<<32-1 {
-		d.fail(fmt.Sprintf("%s %d out of range", what, v))
-	}
-	return uint32(v)
-}
-
-func (d *decoder) varint(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong " + what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes(what string, max int) []byte {
-	n := d.uvarint(what + " length")
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) || (max >= 0 && n > uint64(max)) {
-		d.fail(fmt.Sprintf("%s of %d bytes (limit %d, %d left)", what, n, max, len(d.b)))
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) byte1(what string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 1 {
-		d.fail("truncated " + what)
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) id(what string) (id objid.ID) {
-	if d.err != nil {
-		return id
-	}
-	if len(d.b) < len(id) {
-		d.fail("truncated " + what)
-		return id
-	}
-	copy(id[:], d.b)
-	d.b = d.b[len(id):]
-	return id
 }
 
 func (d *decoder) time(what string) Time {
-	t := Time{Sec: d.varint(what)}
-	ns := d.uvarint(what + " nanoseconds")
-	if d.err == nil && ns >= 1e9 {
-		d.fail(fmt.Sprintf("%s nanoseconds %d", what, ns))
-	}
-	t.Nsec = uint32(ns)
-	return t
+	sec, nsec := d.Time(what)
+	return Time{Sec: sec, Nsec: nsec}
 }
 
 func (d *decoder) entry() Entry {
 	var e Entry
-	e.Name = string(d.bytes("name", namespace.MaxNameLen))
-	e.Ino = d.uvarint("ino")
-	e.Mode = d.u32("mode")
-	e.Nlink = d.u32("nlink")
-	e.Uid = d.u32("uid")
-	e.Gid = d.u32("gid")
-	e.Rdev = d.u32("rdev")
-	e.Size = d.uvarint("size")
+	e.Name = string(d.Bytes("name", namespace.MaxNameLen))
+	e.Ino = d.Uvarint("ino")
+	e.Mode = d.U32("mode")
+	e.Nlink = d.U32("nlink")
+	e.Uid = d.U32("uid")
+	e.Gid = d.U32("gid")
+	e.Rdev = d.U32("rdev")
+	e.Size = d.Uvarint("size")
 	e.Atime = d.time("atime")
 	e.Mtime = d.time("mtime")
 	e.Ctime = d.time("ctime")
-	nx := d.uvarint("xattr count")
-	if d.err == nil && nx > uint64(len(d.b))/2 {
-		d.fail(fmt.Sprintf("xattr count %d with %d bytes left", nx, len(d.b)))
+	nx := d.Uvarint("xattr count")
+	if d.Err == nil && nx > uint64(len(d.B))/2 {
+		d.Fail(fmt.Sprintf("xattr count %d with %d bytes left", nx, len(d.B)))
 	}
-	if d.err == nil && nx > 0 {
+	if d.Err == nil && nx > 0 {
 		e.Xattrs = make([]Xattr, 0, nx)
-		for i := uint64(0); i < nx && d.err == nil; i++ {
-			x := Xattr{Name: string(d.bytes("xattr name", namespace.MaxNameLen)), Value: d.bytes("xattr value", namespace.MaxXattrVal)}
-			if d.err == nil && (x.Name == "" || (i > 0 && e.Xattrs[i-1].Name >= x.Name)) {
-				d.fail(fmt.Sprintf("xattr %q out of order or empty", x.Name))
+		for i := uint64(0); i < nx && d.Err == nil; i++ {
+			x := Xattr{Name: string(d.Bytes("xattr name", namespace.MaxNameLen)), Value: d.Bytes("xattr value", namespace.MaxXattrVal)}
+			if d.Err == nil && (x.Name == "" || (i > 0 && e.Xattrs[i-1].Name >= x.Name)) {
+				d.Fail(fmt.Sprintf("xattr %q out of order or empty", x.Name))
 			}
 			e.Xattrs = append(e.Xattrs, x)
 		}
 	}
-	if d.err != nil {
+	if d.Err != nil {
 		return e
 	}
 	if e.Nlink == 0 {
-		d.fail(fmt.Sprintf("entry %q has nlink 0", e.Name))
+		d.Fail(fmt.Sprintf("entry %q has nlink 0", e.Name))
 		return e
 	}
 	switch e.Mode & namespace.S_IFMT {
 	case namespace.S_IFDIR:
-		e.Dir = d.id("directory manifest id")
+		e.Dir = d.ID("directory manifest id")
 	case namespace.S_IFREG:
-		e.Content = d.content(e.Size)
+		e.Content = namespace.DecodeContent(&d.Decoder, e.Size)
 	case namespace.S_IFLNK:
-		e.Target = string(d.bytes("symlink target", namespace.MaxTarget))
-		if d.err == nil && (e.Target == "" || uint64(len(e.Target)) != e.Size) {
-			d.fail(fmt.Sprintf("symlink %q: target of %d bytes, size %d", e.Name, len(e.Target), e.Size))
+		e.Target = string(d.Bytes("symlink target", namespace.MaxTarget))
+		if d.Err == nil && (e.Target == "" || uint64(len(e.Target)) != e.Size) {
+			d.Fail(fmt.Sprintf("symlink %q: target of %d bytes, size %d", e.Name, len(e.Target), e.Size))
 		}
 	case namespace.S_IFIFO, namespace.S_IFSOCK, namespace.S_IFCHR, namespace.S_IFBLK:
 	default:
-		d.fail(fmt.Sprintf("entry %q has file type %#o", e.Name, e.Mode&namespace.S_IFMT))
+		d.Fail(fmt.Sprintf("entry %q has file type %#o", e.Name, e.Mode&namespace.S_IFMT))
 	}
-	if d.err == nil && e.Mode&^(namespace.S_IFMT|namespace.PermMask) != 0 {
-		d.fail(fmt.Sprintf("entry %q has mode bits %#o", e.Name, e.Mode))
+	if d.Err == nil && e.Mode&^(namespace.S_IFMT|namespace.PermMask) != 0 {
+		d.Fail(fmt.Sprintf("entry %q has mode bits %#o", e.Name, e.Mode))
 	}
 	return e
-}
-
-func (d *decoder) content(size uint64) namespace.Content {
-	return d.contentNested(size, true)
-}
-
-// contentNested decodes a content; ranged says whether kind 4 is allowed
-// (not inside a ranged content's base).
-func (d *decoder) contentNested(size uint64, ranged bool) namespace.Content {
-	var c namespace.Content
-	switch k := d.byte1("content kind"); k {
-	case kindRanged:
-		if !ranged {
-			d.fail("ranged content as the base of ranged content")
-			return c
-		}
-		base := d.uvarint("base size")
-		c = d.contentNested(base, false)
-		c.BaseSize = base
-		n := d.uvarint("range count")
-		if d.err != nil {
-			return c
-		}
-		// Each range takes at least 3 bytes: bound the allocation first.
-		if n == 0 || n > namespace.MaxRanges || n > uint64(len(d.b)/3) {
-			d.fail(fmt.Sprintf("range count %d with %d bytes left", n, len(d.b)))
-			return c
-		}
-		c.Ranges = make([]namespace.Range, n)
-		for i := range c.Ranges {
-			c.Ranges[i].Off = d.uvarint("range offset")
-			c.Ranges[i].Data = d.bytes("range data", namespace.MaxRangeBytes)
-		}
-	case kindInline:
-		c.Inline = d.bytes("inline content", -1)
-	case kindObject:
-		c.IsObject = true
-		c.Object = d.id("object id")
-	case kindChunked:
-		c.ChunkShift = d.byte1("chunk shift")
-		n := d.uvarint("chunk count")
-		if d.err != nil {
-			return c
-		}
-		if n == 0 || n > uint64(len(d.b)/32) {
-			d.fail(fmt.Sprintf("chunk count %d with %d bytes left", n, len(d.b)))
-			return c
-		}
-		c.Chunks = make([]objid.ID, n)
-		for i := range c.Chunks {
-			c.Chunks[i] = d.id("chunk id")
-		}
-	default:
-		if d.err == nil {
-			d.fail(fmt.Sprintf("unknown content kind %d", k))
-		}
-	}
-	if d.err == nil {
-		if err := c.Validate(size); err != nil {
-			d.fail(err.Error())
-		}
-	}
-	return c
 }
 
 // sortEntries sorts entries by name.

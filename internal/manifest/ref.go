@@ -67,25 +67,25 @@ func DecodeRef(payload []byte) (root objid.ID, minNext uint64, err error) {
 // DecodeRefBase decodes a manifest reference of either version; base is
 // 0 for version 1. Errors wrap ErrBadManifest.
 func DecodeRefBase(payload []byte) (root objid.ID, minNext, base uint64, err error) {
-	d := &decoder{b: payload}
-	if len(d.b) < len(refMagic) || string(d.b[:len(refMagic)]) != refMagic {
-		d.fail("bad magic (want " + refMagic + ")")
-		return root, 0, 0, d.err
+	d := newDecoder(payload)
+	if len(d.B) < len(refMagic) || string(d.B[:len(refMagic)]) != refMagic {
+		d.Fail("bad magic (want " + refMagic + ")")
+		return root, 0, 0, d.Err
 	}
-	d.b = d.b[len(refMagic):]
-	v := d.uvarint("version")
-	if d.err == nil && v != version && v != refVersionBase {
-		d.fail(fmt.Sprintf("manifest reference version %d, this wsfs reads versions %d and %d", v, version, refVersionBase))
+	d.B = d.B[len(refMagic):]
+	v := d.Uvarint("version")
+	if d.Err == nil && v != version && v != refVersionBase {
+		d.Fail(fmt.Sprintf("manifest reference version %d, this wsfs reads versions %d and %d", v, version, refVersionBase))
 	}
-	root = d.id("root")
-	minNext = d.uvarint("min next ino")
+	root = d.ID("root")
+	minNext = d.Uvarint("min next ino")
 	if v == refVersionBase {
-		if base = d.uvarint("inode base"); d.err == nil && base < 2 {
-			d.fail(fmt.Sprintf("inode base %d (must be at least 2)", base))
+		if base = d.Uvarint("inode base"); d.Err == nil && base < 2 {
+			d.Fail(fmt.Sprintf("inode base %d (must be at least 2)", base))
 		}
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	if d.Err == nil && len(d.B) != 0 {
+		d.Fail(fmt.Sprintf("%d trailing bytes", len(d.B)))
 	}
-	return root, minNext, base, d.err
+	return root, minNext, base, d.Err
 }

@@ -74,7 +74,7 @@ func (t *Tree) EncodeCheckpoint() []byte {
 		case !n.IsReg():
 			b = append(b, contentNone)
 		default:
-			b = appendContent(b, &n.Content)
+			b = AppendContent(b, &n.Content)
 		}
 		s([]byte(n.Target))
 		u(uint64(len(n.Xattrs)))
@@ -115,78 +115,78 @@ func DecodeCheckpoint(data []byte) (*Tree, error) {
 	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(data[len(data)-4:]); got != want {
 		return fail("checksum mismatch (crc32c %08x, stored %08x)", got, want)
 	}
-	d := &decoder{b: body[len(checkpointMagic):]}
-	version := d.uvarint("version")
-	if d.err == nil && version != 1 && version != checkpointVersion {
+	d := newDecoder(body[len(checkpointMagic):], ErrBadRecord)
+	version := d.Uvarint("version")
+	if d.Err == nil && version != 1 && version != checkpointVersion {
 		return fail("version %d, this wsfs reads versions 1 and %d (written by a newer wsfs?)", version, checkpointVersion)
 	}
 	tm := func(what string) Timestamp {
 		if version == 1 {
-			return FromNs(d.varint(what))
+			return FromNs(d.Varint(what))
 		}
 		return d.wide(what)
 	}
 	next := d.ino("next ino")
-	count := d.uvarint("inode count")
-	if d.err == nil && count > uint64(len(d.b)) {
+	count := d.Uvarint("inode count")
+	if d.Err == nil && count > uint64(len(d.B)) {
 		return fail("inode count %d exceeds the data", count)
 	}
 	inodes := make(map[Ino]*Inode, count)
 	var prev Ino
-	for i := uint64(0); i < count && d.err == nil; i++ {
+	for i := uint64(0); i < count && d.Err == nil; i++ {
 		n := &Inode{Ino: d.ino("ino")}
-		if d.err == nil && (n.Ino <= prev || n.Ino == 0) {
+		if d.Err == nil && (n.Ino <= prev || n.Ino == 0) {
 			return fail("inode %d out of order", n.Ino)
 		}
 		prev = n.Ino
-		n.Mode = d.u32("mode")
-		n.Nlink = d.u32("nlink")
-		n.Uid = d.u32("uid")
-		n.Gid = d.u32("gid")
-		n.Rdev = d.u32("rdev")
-		n.Size = d.uvarint("size")
+		n.Mode = d.U32("mode")
+		n.Nlink = d.U32("nlink")
+		n.Uid = d.U32("uid")
+		n.Gid = d.U32("gid")
+		n.Rdev = d.U32("rdev")
+		n.Size = d.Uvarint("size")
 		n.Atime = tm("atime")
 		n.Mtime = tm("mtime")
 		n.Ctime = tm("ctime")
-		if k := d.byte1("content kind"); k != contentNone {
+		if k := d.Byte("content kind"); k != contentNone {
 			var ok bool
 			if n.Content, ok = d.contentOfKind(k, n.Size); !ok {
-				d.fail(fmt.Sprintf("unknown content kind %d", k))
+				d.Fail(fmt.Sprintf("unknown content kind %d", k))
 			}
 		}
-		n.Target = d.str("target", MaxTarget)
-		if nx := d.uvarint("xattr count"); nx > 0 && d.err == nil {
-			if nx > uint64(len(d.b)) {
+		n.Target = d.Str("target", MaxTarget)
+		if nx := d.Uvarint("xattr count"); nx > 0 && d.Err == nil {
+			if nx > uint64(len(d.B)) {
 				return fail("inode %d: xattr count %d exceeds the data", n.Ino, nx)
 			}
 			n.Xattrs = make(map[string][]byte, nx)
-			for j := uint64(0); j < nx && d.err == nil; j++ {
-				k := d.str("xattr name", MaxNameLen)
-				n.Xattrs[k] = d.bytes("xattr value", MaxXattrVal)
+			for j := uint64(0); j < nx && d.Err == nil; j++ {
+				k := d.Str("xattr name", MaxNameLen)
+				n.Xattrs[k] = d.Bytes("xattr value", MaxXattrVal)
 			}
 		}
-		ne := d.uvarint("entry count")
+		ne := d.Uvarint("entry count")
 		if n.Mode&S_IFMT == S_IFDIR {
-			if ne > uint64(len(d.b)) {
+			if ne > uint64(len(d.B)) {
 				return fail("inode %d: entry count %d exceeds the data", n.Ino, ne)
 			}
 			n.Entries = make(map[string]Ino, ne)
-		} else if ne != 0 && d.err == nil {
+		} else if ne != 0 && d.Err == nil {
 			return fail("non-directory inode %d has %d entries", n.Ino, ne)
 		}
-		for j := uint64(0); j < ne && d.err == nil; j++ {
-			k := d.str("entry name", MaxNameLen)
+		for j := uint64(0); j < ne && d.Err == nil; j++ {
+			k := d.Str("entry name", MaxNameLen)
 			n.Entries[k] = d.ino("entry ino")
 		}
-		if d.err == nil {
+		if d.Err == nil {
 			inodes[n.Ino] = n
 		}
 	}
-	if d.err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadCheckpoint, d.err)
+	if d.Err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadCheckpoint, d.Err)
 	}
-	if len(d.b) != 0 {
-		return fail("%d trailing bytes", len(d.b))
+	if len(d.B) != 0 {
+		return fail("%d trailing bytes", len(d.B))
 	}
 	if next <= prev {
 		return fail("next inode %d not above the largest inode %d", next, prev)

@@ -3,7 +3,9 @@ package namespace
 import (
 	"encoding/binary"
 	"fmt"
+
 	"wsfs/internal/objid"
+	"wsfs/internal/wire"
 )
 
 // Content kinds, in SetContent records and in checkpoints (frozen).
@@ -13,7 +15,10 @@ const (
 	contentInline  = 0
 	contentObject  = 1
 	contentChunked = 3
-	contentRanged  = 4 // checkpoints only: base content + ranges (Content.Ranges)
+	contentRanged  = 4 // checkpoints and manifests: base content + ranges (Content.Ranges)
+
+	ContentKindChunked = contentChunked
+	ContentKindRanged  = contentRanged
 )
 
 // Chunk sizes are powers of two between these shifts. The small end exists
@@ -179,21 +184,24 @@ func (c *Content) Objects(fn func(objid.ID)) {
 	}
 }
 
-// appendContent appends the encoding shared by records and checkpoints:
+// AppendContent appends the content encoding shared by records,
+// checkpoints and manifests:
 //
 //	kind:u8 (0: inline:bytes | 1: object:[32]u8 |
 //	         3: chunked: shift:u8 count:uvarint [32]u8*count |
 //	         4: ranged: basesize:uvarint base:content(kind 0, 1 or 3)
 //	            count:uvarint (off:uvarint data:bytes)*count)
 //
-// Kind 4 appears only in checkpoints (records carry ranges as WriteRange
-// records); a build from before it refuses it ("unknown content kind").
-func appendContent(b []byte, c *Content) []byte {
+// Kind 4 appears in checkpoints and manifests, never in records (records
+// carry ranges as WriteRange records); a build from before it refuses it
+// ("unknown content kind"). ContentKindChunked and ContentKindRanged
+// export the kind bytes for manifest.ContentID.
+func AppendContent(b []byte, c *Content) []byte {
 	if c.Ranges != nil {
 		b = append(b, contentRanged)
 		b = binary.AppendUvarint(b, c.BaseSize)
 		base := c.Base()
-		b = appendContent(b, &base)
+		b = AppendContent(b, &base)
 		return appendRanges(b, c.Ranges)
 	}
 	switch {
@@ -228,24 +236,39 @@ func appendRanges(b []byte, rs []Range) []byte {
 // ranges decodes appendRanges output (data aliases the input), at most
 // max ranges.
 func (d *decoder) ranges(max int) []Range {
-	n := d.uvarint("range count")
-	if d.err != nil {
+	n := d.Uvarint("range count")
+	if d.Err != nil {
 		return nil
 	}
 	// Each range takes at least 3 bytes: bound the allocation by the input.
-	if n == 0 || n > uint64(max) || n > uint64(len(d.b)/3) {
-		d.fail(fmt.Sprintf("range count %d (at most %d) with %d bytes left", n, max, len(d.b)))
+	if n == 0 || n > uint64(max) || n > uint64(len(d.B)/3) {
+		d.Fail(fmt.Sprintf("range count %d (at most %d) with %d bytes left", n, max, len(d.B)))
 		return nil
 	}
 	rs := make([]Range, n)
 	for i := range rs {
-		rs[i].Off = d.uvarint("range offset")
-		rs[i].Data = d.bytes("range data", MaxRangeRecord)
-		if d.err == nil && len(rs[i].Data) == 0 {
-			d.fail("empty range")
+		rs[i].Off = d.Uvarint("range offset")
+		rs[i].Data = d.Bytes("range data", MaxRangeRecord)
+		if d.Err == nil && len(rs[i].Data) == 0 {
+			d.Fail("empty range")
 		}
 	}
 	return rs
+}
+
+// DecodeContent reads one content in the AppendContent encoding (its kind
+// byte, then its body) of a file of the given size, for formats that embed
+// that encoding (manifests). It reports failures through wd's sticky
+// error; inline bytes and range data alias the input.
+func DecodeContent(wd *wire.Decoder, size uint64) Content {
+	d := decoder{*wd}
+	k := d.Byte("content kind")
+	c, ok := d.contentOfKind(k, size)
+	if !ok && d.Err == nil {
+		d.Fail(fmt.Sprintf("unknown content kind %d", k))
+	}
+	*wd = d.Decoder
+	return c
 }
 
 // contentOfKind decodes the body of content kind k (the kind byte already
@@ -255,48 +278,48 @@ func (d *decoder) ranges(max int) []Range {
 func (d *decoder) contentOfKind(k byte, size uint64) (c Content, ok bool) {
 	switch k {
 	case contentInline:
-		c.Inline = d.bytes("inline content", -1)
+		c.Inline = d.Bytes("inline content", -1)
 	case contentObject:
 		c.IsObject = true
-		c.Object = d.fixed32("object id")
+		c.Object = d.ID("object id")
 	case contentRanged:
-		base := d.uvarint("base size")
-		k := d.byte1("base content kind")
-		if d.err == nil && (k == contentRanged || k == contentNone) {
-			d.fail(fmt.Sprintf("base content kind %d", k))
+		base := d.Uvarint("base size")
+		k := d.Byte("base content kind")
+		if d.Err == nil && (k == contentRanged || k == contentNone) {
+			d.Fail(fmt.Sprintf("base content kind %d", k))
 			return c, true
 		}
 		var ok bool
 		if c, ok = d.contentOfKind(k, base); !ok {
-			d.fail(fmt.Sprintf("unknown base content kind %d", k))
+			d.Fail(fmt.Sprintf("unknown base content kind %d", k))
 			return c, true
 		}
 		c.BaseSize = base
 		c.Ranges = d.ranges(MaxRanges)
-		if d.err == nil && c.Ranges == nil {
-			d.fail("ranged content without ranges")
+		if d.Err == nil && c.Ranges == nil {
+			d.Fail("ranged content without ranges")
 		}
 	case contentChunked:
-		c.ChunkShift = d.byte1("chunk shift")
-		n := d.uvarint("chunk count")
-		if d.err != nil {
+		c.ChunkShift = d.Byte("chunk shift")
+		n := d.Uvarint("chunk count")
+		if d.Err != nil {
 			return c, true
 		}
 		// Bound the allocation by the input before trusting n.
-		if n == 0 || n > uint64(len(d.b)/len(objid.ID{})) {
-			d.fail(fmt.Sprintf("chunk count %d with %d bytes left", n, len(d.b)))
+		if n == 0 || n > uint64(len(d.B)/len(objid.ID{})) {
+			d.Fail(fmt.Sprintf("chunk count %d with %d bytes left", n, len(d.B)))
 			return c, true
 		}
 		c.Chunks = make([]objid.ID, n)
 		for i := range c.Chunks {
-			c.Chunks[i] = d.fixed32("chunk id")
+			c.Chunks[i] = d.ID("chunk id")
 		}
 	default:
 		return c, false
 	}
-	if d.err == nil {
+	if d.Err == nil {
 		if err := c.Validate(size); err != nil {
-			d.fail(err.Error())
+			d.Fail(err.Error())
 		}
 	}
 	return c, true

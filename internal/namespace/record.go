@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"wsfs/internal/objid"
+	"wsfs/internal/wire"
 )
 
 // Op is the type byte of a record. The values are frozen: they are written
@@ -239,7 +239,7 @@ func (r *Record) Encode(buf []byte) []byte {
 			wide(r.Mtime)
 		}
 		t(r.Time)
-		b = appendContent(b, &r.Content)
+		b = AppendContent(b, &r.Content)
 	case OpWriteRange:
 		if !r.Mtime.FitsNs() {
 			panic("namespace: WriteRange record with an mtime outside int64 nanoseconds")
@@ -268,112 +268,21 @@ func (r *Record) Encode(buf []byte) []byte {
 // ErrBadRecord is wrapped by every decoding error.
 var ErrBadRecord = errors.New("malformed namespace record")
 
-// decoder reads the wire format with a sticky error. It accepts only
-// minimal varints, so every value has exactly one encoding.
-type decoder struct {
-	b   []byte
-	err error
+// decoder reads the shared wire encoding (wire.Decoder: sticky error,
+// minimal varints, bounded lengths) and adds the namespace's own fields.
+type decoder struct{ wire.Decoder }
+
+func newDecoder(b []byte, kind error) *decoder {
+	return &decoder{wire.Decoder{B: b, Kind: kind}}
 }
 
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrBadRecord, what)
-	}
-}
-
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n > 1 && d.b[n-1] == 0 {
-		d.fail("bad varint for " + what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u32(what string) uint32 {
-	v := d.uvarint(what)
-	if v > 1<<32-1 {
-		d.fail(what + " does not fit 32 bits")
-	}
-	return uint32(v)
-}
-
-func (d *decoder) ino(what string) Ino { return Ino(d.uvarint(what)) }
-
-func (d *decoder) varint(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n > 1 && d.b[n-1] == 0 {
-		d.fail("bad varint for " + what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *decoder) ino(what string) Ino { return Ino(d.Uvarint(what)) }
 
 // wide reads a seconds+nanoseconds time; the nanoseconds must be within a
 // second.
 func (d *decoder) wide(what string) Timestamp {
-	sec := d.varint(what + " seconds")
-	nsec := d.uvarint(what + " nanoseconds")
-	if d.err == nil && nsec >= 1e9 {
-		d.fail(fmt.Sprintf("%s has %d nanoseconds", what, nsec))
-	}
-	return Timestamp{Sec: sec, Nsec: uint32(nsec)}
-}
-
-// bytes returns a subslice of the input (no copy): inline contents decoded
-// from a log record share the record's buffer.
-func (d *decoder) bytes(what string, max int) []byte {
-	n := d.uvarint(what + " length")
-	if d.err != nil {
-		return nil
-	}
-	if max >= 0 && n > uint64(max) {
-		d.fail(fmt.Sprintf("%s length %d exceeds %d", what, n, max))
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail(fmt.Sprintf("%s length %d exceeds the %d bytes left", what, n, len(d.b)))
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) str(what string, max int) string { return string(d.bytes(what, max)) }
-
-func (d *decoder) byte1(what string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 1 {
-		d.fail("missing " + what)
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) fixed32(what string) (id objid.ID) {
-	if d.err != nil {
-		return id
-	}
-	if len(d.b) < len(id) {
-		d.fail("short " + what)
-		return id
-	}
-	copy(id[:], d.b)
-	d.b = d.b[len(id):]
-	return id
+	sec, nsec := d.Time(what)
+	return Timestamp{Sec: sec, Nsec: nsec}
 }
 
 // DecodeRecord parses one record. Inline content and xattr values alias
@@ -384,74 +293,74 @@ func DecodeRecord(data []byte) (*Record, error) {
 		return nil, fmt.Errorf("%w: empty", ErrBadRecord)
 	}
 	r := &Record{Op: Op(data[0])}
-	d := &decoder{b: data[1:]}
+	d := newDecoder(data[1:], ErrBadRecord)
 	switch r.Op {
 	case OpCreate:
 		r.Ino = d.ino("ino")
 		r.Parent = d.ino("parent")
-		r.Name = d.str("name", MaxNameLen)
-		r.Mode = d.u32("mode")
-		r.Uid = d.u32("uid")
-		r.Gid = d.u32("gid")
-		r.Rdev = d.u32("rdev")
-		r.Time = d.varint("time")
+		r.Name = d.Str("name", MaxNameLen)
+		r.Mode = d.U32("mode")
+		r.Uid = d.U32("uid")
+		r.Gid = d.U32("gid")
+		r.Rdev = d.U32("rdev")
+		r.Time = d.Varint("time")
 	case OpMkdir:
 		r.Ino = d.ino("ino")
 		r.Parent = d.ino("parent")
-		r.Name = d.str("name", MaxNameLen)
-		r.Mode = d.u32("mode")
-		r.Uid = d.u32("uid")
-		r.Gid = d.u32("gid")
-		r.Time = d.varint("time")
+		r.Name = d.Str("name", MaxNameLen)
+		r.Mode = d.U32("mode")
+		r.Uid = d.U32("uid")
+		r.Gid = d.U32("gid")
+		r.Time = d.Varint("time")
 	case OpSymlink:
 		r.Ino = d.ino("ino")
 		r.Parent = d.ino("parent")
-		r.Name = d.str("name", MaxNameLen)
-		r.Uid = d.u32("uid")
-		r.Gid = d.u32("gid")
-		r.Target = d.str("target", MaxTarget)
-		r.Time = d.varint("time")
+		r.Name = d.Str("name", MaxNameLen)
+		r.Uid = d.U32("uid")
+		r.Gid = d.U32("gid")
+		r.Target = d.Str("target", MaxTarget)
+		r.Time = d.Varint("time")
 	case OpLink:
 		r.Ino = d.ino("ino")
 		r.Parent = d.ino("parent")
-		r.Name = d.str("name", MaxNameLen)
-		r.Time = d.varint("time")
+		r.Name = d.Str("name", MaxNameLen)
+		r.Time = d.Varint("time")
 	case OpUnlink, OpRmdir:
 		r.Parent = d.ino("parent")
-		r.Name = d.str("name", MaxNameLen)
+		r.Name = d.Str("name", MaxNameLen)
 		r.Ino = d.ino("ino")
-		r.Time = d.varint("time")
+		r.Time = d.Varint("time")
 	case OpRename:
 		r.Parent = d.ino("parent")
-		r.Name = d.str("name", MaxNameLen)
+		r.Name = d.Str("name", MaxNameLen)
 		r.NewParent = d.ino("newparent")
-		r.NewName = d.str("newname", MaxNameLen)
-		r.Flags = d.u32("flags")
+		r.NewName = d.Str("newname", MaxNameLen)
+		r.Flags = d.U32("flags")
 		r.Ino = d.ino("ino")
 		r.Replaced = d.ino("replaced")
-		r.Time = d.varint("time")
+		r.Time = d.Varint("time")
 	case OpSetAttr:
 		r.Ino = d.ino("ino")
-		r.Mask = d.u32("mask")
+		r.Mask = d.U32("mask")
 		wideTimes := r.Mask&attrWideTimes != 0
 		r.Mask &^= attrWideTimes
 		if r.Mask&^attrAll != 0 {
-			d.fail(fmt.Sprintf("unknown setattr mask bits %#x", r.Mask&^attrAll))
+			d.Fail(fmt.Sprintf("unknown setattr mask bits %#x", r.Mask&^attrAll))
 		}
 		tm := func(what string) Timestamp {
 			if wideTimes {
 				return d.wide(what)
 			}
-			return FromNs(d.varint(what))
+			return FromNs(d.Varint(what))
 		}
 		if r.Mask&AttrMode != 0 {
-			r.Mode = d.u32("mode")
+			r.Mode = d.U32("mode")
 		}
 		if r.Mask&AttrUid != 0 {
-			r.Uid = d.u32("uid")
+			r.Uid = d.U32("uid")
 		}
 		if r.Mask&AttrGid != 0 {
-			r.Gid = d.u32("gid")
+			r.Gid = d.U32("gid")
 		}
 		if r.Mask&AttrAtime != 0 {
 			r.Atime = tm("atime")
@@ -459,69 +368,69 @@ func DecodeRecord(data []byte) (*Record, error) {
 		if r.Mask&AttrMtime != 0 {
 			r.Mtime = tm("mtime")
 		}
-		r.Time = d.varint("time")
-		if wideTimes && d.err == nil && (r.Mask&AttrAtime == 0 || r.Atime.FitsNs()) && (r.Mask&AttrMtime == 0 || r.Mtime.FitsNs()) {
-			d.fail("wide times where every time fits nanoseconds (not the canonical encoding)")
+		r.Time = d.Varint("time")
+		if wideTimes && d.Err == nil && (r.Mask&AttrAtime == 0 || r.Atime.FitsNs()) && (r.Mask&AttrMtime == 0 || r.Mtime.FitsNs()) {
+			d.Fail("wide times where every time fits nanoseconds (not the canonical encoding)")
 		}
 	case OpSetContent, opSetContentWide:
 		r.Ino = d.ino("ino")
-		r.Size = d.uvarint("size")
+		r.Size = d.Uvarint("size")
 		if r.Op == opSetContentWide {
 			r.Mtime = d.wide("mtime")
-			if d.err == nil && r.Mtime.FitsNs() {
-				d.fail("wide mtime that fits nanoseconds (not the canonical encoding)")
+			if d.Err == nil && r.Mtime.FitsNs() {
+				d.Fail("wide mtime that fits nanoseconds (not the canonical encoding)")
 			}
 			r.Op = OpSetContent
 		} else {
-			r.Mtime = FromNs(d.varint("mtime"))
+			r.Mtime = FromNs(d.Varint("mtime"))
 		}
-		r.Time = d.varint("time")
-		k := d.byte1("content kind")
+		r.Time = d.Varint("time")
+		k := d.Byte("content kind")
 		var ok bool
 		if k == contentRanged {
-			d.fail("ranged content in a record (ranges travel as WriteRange records)")
+			d.Fail("ranged content in a record (ranges travel as WriteRange records)")
 		} else if r.Content, ok = d.contentOfKind(k, r.Size); !ok {
-			d.fail(fmt.Sprintf("unknown content kind %d", k))
+			d.Fail(fmt.Sprintf("unknown content kind %d", k))
 		}
 	case OpWriteRange:
 		r.Ino = d.ino("ino")
-		r.Size = d.uvarint("size")
-		r.Mtime = FromNs(d.varint("mtime"))
-		r.Time = d.varint("time")
+		r.Size = d.Uvarint("size")
+		r.Mtime = FromNs(d.Varint("mtime"))
+		r.Time = d.Varint("time")
 		r.Content.Ranges = d.ranges(MaxRanges)
-		if d.err == nil {
+		if d.Err == nil {
 			total := 0
 			for _, rg := range r.Content.Ranges {
 				total += len(rg.Data)
 				if rg.Off > r.Size || uint64(len(rg.Data)) > r.Size-rg.Off {
-					d.fail(fmt.Sprintf("range of %d bytes at %d beyond size %d", len(rg.Data), rg.Off, r.Size))
+					d.Fail(fmt.Sprintf("range of %d bytes at %d beyond size %d", len(rg.Data), rg.Off, r.Size))
 					break
 				}
 			}
 			if total > MaxRangeRecord {
-				d.fail(fmt.Sprintf("ranges of %d bytes in one record, more than %d", total, MaxRangeRecord))
+				d.Fail(fmt.Sprintf("ranges of %d bytes in one record, more than %d", total, MaxRangeRecord))
 			}
 			if r.Size > MaxFileSize {
-				d.fail(fmt.Sprintf("size %d exceeds the maximum %d", r.Size, uint64(MaxFileSize)))
+				d.Fail(fmt.Sprintf("size %d exceeds the maximum %d", r.Size, uint64(MaxFileSize)))
 			}
 		}
 	case OpSetXattr:
 		r.Ino = d.ino("ino")
-		r.Name = d.str("xattr name", MaxNameLen)
-		r.Value = d.bytes("xattr value", MaxXattrVal)
-		r.Time = d.varint("time")
+		r.Name = d.Str("xattr name", MaxNameLen)
+		r.Value = d.Bytes("xattr value", MaxXattrVal)
+		r.Time = d.Varint("time")
 	case OpRemoveXattr:
 		r.Ino = d.ino("ino")
-		r.Name = d.str("xattr name", MaxNameLen)
-		r.Time = d.varint("time")
+		r.Name = d.Str("xattr name", MaxNameLen)
+		r.Time = d.Varint("time")
 	default:
 		return nil, fmt.Errorf("%w: unknown op %d", ErrBadRecord, data[0])
 	}
-	if d.err != nil {
-		return nil, fmt.Errorf("%s record: %w", r.Op, d.err)
+	if d.Err != nil {
+		return nil, fmt.Errorf("%s record: %w", r.Op, d.Err)
 	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %s record has %d trailing bytes", ErrBadRecord, r.Op, len(d.b))
+	if len(d.B) != 0 {
+		return nil, fmt.Errorf("%w: %s record has %d trailing bytes", ErrBadRecord, r.Op, len(d.B))
 	}
 	return r, nil
 }
