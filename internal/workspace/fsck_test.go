@@ -244,10 +244,14 @@ func TestFsckCorruptGroup(t *testing.T) {
 	// The groups before the damage survive (the directory), the damaged
 	// one and every later one are gone.
 	A(t)(w.Lookup(RootIno, "d"))
-	for _, name := range []string{"small", "pooled"} {
-		if _, err := w.Lookup(RootIno, name); err == nil {
-			t.Fatalf("%s, of a group at or after the damage, survived the cut", name)
-		}
+	if _, err := w.Lookup(RootIno, "pooled"); err == nil {
+		t.Fatal("pooled, of a group after the damage, survived the cut")
+	}
+	// /small's create may have committed in a group of its own before its
+	// content (the commit window can close between them on a loaded
+	// machine): it may survive, but only empty.
+	if a, err := w.Lookup(RootIno, "small"); err == nil && a.Size != 0 {
+		t.Fatalf("small survived the cut with %d bytes: the damaged group's content", a.Size)
 	}
 }
 
