@@ -109,6 +109,19 @@ func TestPowerCutUp(t *testing.T) {
 			for i, name := range names {
 				committed, confirmed := int(agents[i].committed.Load()), int(syncer.confirmed[i].Load())
 				db := h.backingPath(agentstate.PathsFor(hst, name).DB)
+				if os.Getenv("PCDEBUG") != "" { // DEBUG
+					var ls []string
+					filepath.WalkDir(filepath.Dir(db), func(p string, d os.DirEntry, err error) error {
+						if err == nil {
+							fi, _ := d.Info()
+							if fi != nil {
+								ls = append(ls, fmt.Sprintf("%s %d", p[len(filepath.Dir(db)):], fi.Size()))
+							}
+						}
+						return nil
+					})
+					t.Logf("DEBUG %s after cut:\n%s", name, strings.Join(ls, "\n"))
+				}
 				for _, p := range checkAgentDB(db, committed, confirmed) {
 					problems = append(problems, fmt.Sprintf("%s local database: %s", name, p))
 				}
@@ -117,7 +130,8 @@ func TestPowerCutUp(t *testing.T) {
 		for i, name := range names {
 			a := agents[i]
 			if a.failed != "" {
-				problems = append(problems, fmt.Sprintf("%s agent failed before the cut: %s", name, a.failed))
+				lg, _ := os.ReadFile(filepath.Join(h.home, "run", name+".sidecar.log"))
+				problems = append(problems, fmt.Sprintf("%s agent failed before the cut: %s\nsidecar log:\n%s", name, a.failed, tail(string(lg), 6000)))
 			}
 			committed, confirmed := int(a.committed.Load()), int(syncer.confirmed[i].Load())
 			commits += committed - int(a.first) + 1
@@ -170,15 +184,7 @@ func checkAgentDB(path string, committed, confirmed int) []string {
 		if committed <= 0 && confirmed <= 0 {
 			return nil
 		}
-		// Say which directory on the way is gone.
-		d := path
-		for {
-			if _, err := os.Stat(filepath.Dir(d)); err == nil || filepath.Dir(d) == d {
-				break
-			}
-			d = filepath.Dir(d)
-		}
-		return []string{fmt.Sprintf("%v (the first missing path: %s)", err, d)}
+		return []string{fmt.Sprintf("%v (the first missing path: %s)", err, firstMissing(path))}
 	}
 	db, err := sql.Open("sqlite", agentstate.DSN(path))
 	if err != nil {
@@ -213,6 +219,18 @@ func checkAgentDB(path string, committed, confirmed int) []string {
 		problems = append(problems, fmt.Sprintf("holds transactions up to %d, but wsfs state sync confirmed %d", hi, confirmed))
 	}
 	return problems
+}
+
+// firstMissing names the first path on the way to path that does not
+// exist (path itself if only it is missing).
+func firstMissing(path string) string {
+	d := path
+	for {
+		if _, err := os.Stat(filepath.Dir(d)); err == nil || filepath.Dir(d) == d {
+			return d
+		}
+		d = filepath.Dir(d)
+	}
 }
 
 // upProc is a running `wsfs up`.
@@ -578,6 +596,13 @@ func TestPowerCutAfterStateSync(t *testing.T) {
 	h.restore(func() {
 		for _, p := range checkAgentDB(h.backingPath(db), -1, int(confirmed)) {
 			t.Errorf("local database: %s", p)
+		}
+		// Litestream's local position (its L0 files, synced with their
+		// directory) must survive too, or every start after a power cut
+		// converts the whole database again.
+		l0 := filepath.Join(filepath.Dir(h.backingPath(db)), "."+agentstate.DBName+"-litestream", "ltx", "0")
+		if ltx, _ := filepath.Glob(filepath.Join(l0, "*.ltx")); len(ltx) == 0 {
+			t.Errorf("no LTX file survived in %s (the first missing path: %s): the next sidecar starts without its local position", l0, firstMissing(l0))
 		}
 	})
 	restored := filepath.Join(t.TempDir(), "restored.db")
