@@ -56,6 +56,7 @@ func TestPowerCutUp(t *testing.T) {
 
 	var cs cutStats
 	violations, commits, confirmedTotal, syncs := 0, 0, 0, 0
+	var longestCommit time.Duration
 	for round := range cuts {
 		rseed := seed + int64(round)
 		delay := 300*time.Millisecond + time.Duration(r.Int63n(int64(1500*time.Millisecond)))
@@ -109,19 +110,6 @@ func TestPowerCutUp(t *testing.T) {
 			for i, name := range names {
 				committed, confirmed := int(agents[i].committed.Load()), int(syncer.confirmed[i].Load())
 				db := h.backingPath(agentstate.PathsFor(hst, name).DB)
-				if os.Getenv("PCDEBUG") != "" { // DEBUG
-					var ls []string
-					filepath.WalkDir(filepath.Dir(db), func(p string, d os.DirEntry, err error) error {
-						if err == nil {
-							fi, _ := d.Info()
-							if fi != nil {
-								ls = append(ls, fmt.Sprintf("%s %d", p[len(filepath.Dir(db)):], fi.Size()))
-							}
-						}
-						return nil
-					})
-					t.Logf("DEBUG %s after cut:\n%s", name, strings.Join(ls, "\n"))
-				}
 				for _, p := range checkAgentDB(db, committed, confirmed) {
 					problems = append(problems, fmt.Sprintf("%s local database: %s", name, p))
 				}
@@ -149,6 +137,12 @@ func TestPowerCutUp(t *testing.T) {
 			}
 		}
 		syncs += int(syncer.ok.Load())
+		for i, a := range agents {
+			longestCommit = max(longestCommit, time.Duration(a.longest.Load())*time.Millisecond)
+			if d := time.Duration(a.longest.Load()) * time.Millisecond; d > time.Second {
+				t.Logf("round %d: %s agent's longest transaction took %v", round, names[i], d)
+			}
+		}
 		if e, _ := syncer.lastErr.Load().(string); e != "" {
 			t.Logf("round %d: %d state syncs ok, %d failed, the last with: %s", round, syncer.ok.Load(), syncer.failed.Load(), e)
 			if syncer.ok.Load() == 0 {
@@ -172,8 +166,8 @@ func TestPowerCutUp(t *testing.T) {
 	}
 	u.stop(t)
 	t.Logf("power cuts: %d, violations: %d", cuts, violations)
-	t.Logf("agent transactions committed: %d, confirmed by wsfs state sync (sum of positions): %d, syncs: %d; unsynced writes at the cuts: %d, kept: %d, torn: %d; %v",
-		commits, confirmedTotal, syncs, cs.unsynced, cs.kept, cs.torn, time.Since(start).Round(time.Second))
+	t.Logf("agent transactions committed: %d (the longest took %v), confirmed by wsfs state sync (sum of positions): %d, syncs: %d; unsynced writes at the cuts: %d, kept: %d, torn: %d; %v",
+		commits, longestCommit, confirmedTotal, syncs, cs.unsynced, cs.kept, cs.torn, time.Since(start).Round(time.Second))
 }
 
 // checkAgentDB opens the agent database at path and returns its problems:
@@ -357,6 +351,7 @@ type agentProc struct {
 	cmd       *exec.Cmd
 	first     int64        // its first transaction (the database's next id)
 	committed atomic.Int64 // the last transaction it reported committed
+	longest   atomic.Int64 // its longest commit (begin to commit returned), in ms
 	done      chan struct{}
 	failed    string // its output if it ended before being killed
 	killed    atomic.Bool
@@ -391,6 +386,9 @@ func startAgent(t *testing.T, db string, seed int64) *agentProc {
 			case strings.HasPrefix(line, "c "):
 				n, _ := strconv.ParseInt(line[2:], 10, 64)
 				a.committed.Store(n)
+			case strings.HasPrefix(line, "longest "):
+				ms, _ := strconv.ParseInt(line[8:], 10, 64)
+				a.longest.Store(ms)
 			default:
 				a.out.Write([]byte(line + "\n"))
 			}
@@ -424,7 +422,9 @@ func (a *agentProc) kill() {
 // TestPowerCutAgent is the agent process of TestPowerCutUp (skipped unless
 // started by it): it commits one transaction after another to its state
 // database, each inserting row id N (and sometimes rewriting an older
-// row), and prints "c N" once the commit returned.
+// row), and prints "c N" once the commit returned, and "longest MS" when
+// a transaction took longer than any before (mostly waiting for the write
+// lock that the sidecar's checkpoints take).
 func TestPowerCutAgent(t *testing.T) {
 	if os.Getenv("WSFS_POWERCUT_AGENT") == "" {
 		t.Skip("the agent process of TestPowerCutUp")
@@ -449,7 +449,9 @@ func TestPowerCutAgent(t *testing.T) {
 		fail("max", err)
 	}
 	fmt.Printf("first %d\n", last+1)
+	var longest time.Duration
 	for i := last + 1; ; i++ {
+		began := time.Now()
 		tx, err := db.BeginTx(context.Background(), nil)
 		if err != nil {
 			fail("begin", err)
@@ -466,6 +468,10 @@ func TestPowerCutAgent(t *testing.T) {
 			fail("commit", err)
 		}
 		fmt.Printf("c %d\n", i)
+		if d := time.Since(began); d > longest {
+			longest = d
+			fmt.Printf("longest %d\n", d.Milliseconds())
+		}
 		time.Sleep(time.Millisecond) // an agent, not a benchmark: the replica keeps up
 	}
 }
