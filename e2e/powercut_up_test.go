@@ -38,10 +38,14 @@ import (
 // kill workload's directory must be a prefix of its ops at or after its
 // last acknowledged fsync. Then `wsfs up` starts again on what survived.
 //
-// 10 cuts by default (-short 3; WSFS_POWERCUTS=N runs N/5): a round costs
-// about 6 s (up, sidecar start-up snapshots, a first confirmed sync).
+// 6 cuts by default (-short 3; WSFS_POWERCUTS=N runs N/5): a round costs
+// 30 to 60 s on a loaded 2-core machine under -race, most of it the
+// sidecars' start-up (their full snapshot, bounded at 20 s, before the
+// first confirmed sync) and the two restores from the replica; every round
+// exercises the same paths with a new random cut, so more rounds buy
+// samples, not coverage (soak runs set WSFS_POWERCUTS).
 func TestPowerCutUp(t *testing.T) {
-	cuts := max(1, powerCuts(t, 10*5, 3*5)/5)
+	cuts := max(1, powerCuts(t, 6*5, 3*5)/5)
 	seed := testSeed(t)
 	start := time.Now()
 	r := rand.New(rand.NewSource(seed))
@@ -57,7 +61,9 @@ func TestPowerCutUp(t *testing.T) {
 	var cs cutStats
 	violations, commits, confirmedTotal, syncs := 0, 0, 0, 0
 	var longestCommit time.Duration
+	var phases [4]time.Duration // first confirmed syncs, cut to restored, state restores, up again
 	for round := range cuts {
+		t0 := time.Now()
 		rseed := seed + int64(round)
 		delay := 300*time.Millisecond + time.Duration(r.Int63n(int64(1500*time.Millisecond)))
 		t.Logf("round %d: workload seed %d, cut after %v", round, rseed, delay)
@@ -80,12 +86,14 @@ func TestPowerCutUp(t *testing.T) {
 			syncer.confirmed[i].Store(stateSyncNow(t, h.home, name, agents[i]))
 		}
 		ws := startKillWorkers(t, filepath.Join(mnt, dir), rseed, 1, false, maxKillOps)
+		t1 := time.Now()
 
 		time.Sleep(delay)
 		ws.killed.Store(true)
 		for _, a := range agents {
 			a.killed.Store(true) // from the cut on, their errors are expected
 		}
+		t2 := time.Now()
 		h.cut(r, &cs)
 		u.kill(t)
 		for _, a := range agents {
@@ -115,6 +123,7 @@ func TestPowerCutUp(t *testing.T) {
 				}
 			}
 		})
+		t3 := time.Now()
 		for i, name := range names {
 			a := agents[i]
 			if a.failed != "" {
@@ -150,7 +159,11 @@ func TestPowerCutUp(t *testing.T) {
 			}
 		}
 
+		t4 := time.Now()
 		u = startUp(t, h.home)
+		for i, d := range []time.Duration{t1.Sub(t0), t3.Sub(t2), t4.Sub(t3), time.Since(t4)} {
+			phases[i] += d
+		}
 		_, p := checkKillRound(filepath.Join(mnt, dir, "w0"), j)
 		problems = append(problems, p...)
 		if old := round - keepRounds; old >= 0 {
@@ -165,7 +178,8 @@ func TestPowerCutUp(t *testing.T) {
 		}
 	}
 	u.stop(t)
-	t.Logf("power cuts: %d, violations: %d", cuts, violations)
+	t.Logf("power cuts: %d, violations: %d; time in agent start and first confirmed syncs %v, cut to restored mounts %v, wsfs state restore %v, wsfs up %v",
+		cuts, violations, phases[0].Round(time.Second), phases[1].Round(time.Second), phases[2].Round(time.Second), phases[3].Round(time.Second))
 	t.Logf("agent transactions committed: %d (the longest took %v), confirmed by wsfs state sync (sum of positions): %d, syncs: %d; unsynced writes at the cuts: %d, kept: %d, torn: %d; %v",
 		commits, longestCommit, confirmedTotal, syncs, cs.unsynced, cs.kept, cs.torn, time.Since(start).Round(time.Second))
 }
