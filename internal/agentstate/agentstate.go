@@ -127,8 +127,9 @@ func isAbstract(socket string) bool { return strings.HasPrefix(socket, "@") }
 //     failing. Litestream's checkpoint holds it across an LTX write, the
 //     PASSIVE checkpoint (1000 pages or more into the database) and their
 //     fsyncs: milliseconds on an idle disk, but more than the 5 s its docs
-//     suggest on a slow or loaded one (a power-cut test on a loaded 2-core
-//     machine saw agents fail with SQLITE_BUSY after 5 s). 30 s is the
+//     suggest on a slow or loaded one (in e2e TestPowerCutUp on a loaded
+//     2-core machine transactions took up to 4.1 s, and an agent failed
+//     with SQLITE_BUSY after 5 s). 30 s is the
 //     supervisor's stop timeout: a sidecar holding the lock longer is as
 //     good as hung, and the agent's error then says so.
 //   - wal_autocheckpoint(0): the application never checkpoints; Litestream
