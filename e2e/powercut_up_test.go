@@ -38,10 +38,14 @@ import (
 // kill workload's directory must be a prefix of its ops at or after its
 // last acknowledged fsync. Then `wsfs up` starts again on what survived.
 //
-// 10 cuts by default (-short 3; WSFS_POWERCUTS=N runs N/5): a round costs
-// about 6 s (up, sidecar start-up snapshots, a first confirmed sync).
+// 6 cuts by default (-short 3; WSFS_POWERCUTS=N runs N/5): a round costs
+// 30 to 60 s on a loaded 2-core machine under -race, most of it the
+// sidecars' start-up (their full snapshot, bounded at 20 s, before the
+// first confirmed sync) and the two restores from the replica; every round
+// exercises the same paths with a new random cut, so more rounds buy
+// samples, not coverage (soak runs set WSFS_POWERCUTS).
 func TestPowerCutUp(t *testing.T) {
-	cuts := max(1, powerCuts(t, 10*5, 3*5)/5)
+	cuts := max(1, powerCuts(t, 6*5, 3*5)/5)
 	seed := testSeed(t)
 	start := time.Now()
 	r := rand.New(rand.NewSource(seed))
@@ -56,7 +60,10 @@ func TestPowerCutUp(t *testing.T) {
 
 	var cs cutStats
 	violations, commits, confirmedTotal, syncs := 0, 0, 0, 0
+	var longestCommit time.Duration
+	var phases [4]time.Duration // first confirmed syncs, cut to restored, state restores, up again
 	for round := range cuts {
+		t0 := time.Now()
 		rseed := seed + int64(round)
 		delay := 300*time.Millisecond + time.Duration(r.Int63n(int64(1500*time.Millisecond)))
 		t.Logf("round %d: workload seed %d, cut after %v", round, rseed, delay)
@@ -79,12 +86,14 @@ func TestPowerCutUp(t *testing.T) {
 			syncer.confirmed[i].Store(stateSyncNow(t, h.home, name, agents[i]))
 		}
 		ws := startKillWorkers(t, filepath.Join(mnt, dir), rseed, 1, false, maxKillOps)
+		t1 := time.Now()
 
 		time.Sleep(delay)
 		ws.killed.Store(true)
 		for _, a := range agents {
 			a.killed.Store(true) // from the cut on, their errors are expected
 		}
+		t2 := time.Now()
 		h.cut(r, &cs)
 		u.kill(t)
 		for _, a := range agents {
@@ -114,10 +123,12 @@ func TestPowerCutUp(t *testing.T) {
 				}
 			}
 		})
+		t3 := time.Now()
 		for i, name := range names {
 			a := agents[i]
 			if a.failed != "" {
-				problems = append(problems, fmt.Sprintf("%s agent failed before the cut: %s", name, a.failed))
+				lg, _ := os.ReadFile(filepath.Join(h.home, "run", name+".sidecar.log"))
+				problems = append(problems, fmt.Sprintf("%s agent failed before the cut: %s\nsidecar log:\n%s", name, a.failed, tail(string(lg), 6000)))
 			}
 			committed, confirmed := int(a.committed.Load()), int(syncer.confirmed[i].Load())
 			commits += committed - int(a.first) + 1
@@ -135,6 +146,12 @@ func TestPowerCutUp(t *testing.T) {
 			}
 		}
 		syncs += int(syncer.ok.Load())
+		for i, a := range agents {
+			longestCommit = max(longestCommit, time.Duration(a.longest.Load())*time.Millisecond)
+			if d := time.Duration(a.longest.Load()) * time.Millisecond; d > time.Second {
+				t.Logf("round %d: %s agent's longest transaction took %v", round, names[i], d)
+			}
+		}
 		if e, _ := syncer.lastErr.Load().(string); e != "" {
 			t.Logf("round %d: %d state syncs ok, %d failed, the last with: %s", round, syncer.ok.Load(), syncer.failed.Load(), e)
 			if syncer.ok.Load() == 0 {
@@ -142,7 +159,11 @@ func TestPowerCutUp(t *testing.T) {
 			}
 		}
 
+		t4 := time.Now()
 		u = startUp(t, h.home)
+		for i, d := range []time.Duration{t1.Sub(t0), t3.Sub(t2), t4.Sub(t3), time.Since(t4)} {
+			phases[i] += d
+		}
 		_, p := checkKillRound(filepath.Join(mnt, dir, "w0"), j)
 		problems = append(problems, p...)
 		if old := round - keepRounds; old >= 0 {
@@ -157,9 +178,10 @@ func TestPowerCutUp(t *testing.T) {
 		}
 	}
 	u.stop(t)
-	t.Logf("power cuts: %d, violations: %d", cuts, violations)
-	t.Logf("agent transactions committed: %d, confirmed by wsfs state sync (sum of positions): %d, syncs: %d; unsynced writes at the cuts: %d, kept: %d, torn: %d; %v",
-		commits, confirmedTotal, syncs, cs.unsynced, cs.kept, cs.torn, time.Since(start).Round(time.Second))
+	t.Logf("power cuts: %d, violations: %d; time in agent start and first confirmed syncs %v, cut to restored mounts %v, wsfs state restore %v, wsfs up %v",
+		cuts, violations, phases[0].Round(time.Second), phases[1].Round(time.Second), phases[2].Round(time.Second), phases[3].Round(time.Second))
+	t.Logf("agent transactions committed: %d (the longest took %v), confirmed by wsfs state sync (sum of positions): %d, syncs: %d; unsynced writes at the cuts: %d, kept: %d, torn: %d; %v",
+		commits, longestCommit, confirmedTotal, syncs, cs.unsynced, cs.kept, cs.torn, time.Since(start).Round(time.Second))
 }
 
 // checkAgentDB opens the agent database at path and returns its problems:
@@ -170,15 +192,7 @@ func checkAgentDB(path string, committed, confirmed int) []string {
 		if committed <= 0 && confirmed <= 0 {
 			return nil
 		}
-		// Say which directory on the way is gone.
-		d := path
-		for {
-			if _, err := os.Stat(filepath.Dir(d)); err == nil || filepath.Dir(d) == d {
-				break
-			}
-			d = filepath.Dir(d)
-		}
-		return []string{fmt.Sprintf("%v (the first missing path: %s)", err, d)}
+		return []string{fmt.Sprintf("%v (the first missing path: %s)", err, firstMissing(path))}
 	}
 	db, err := sql.Open("sqlite", agentstate.DSN(path))
 	if err != nil {
@@ -213,6 +227,18 @@ func checkAgentDB(path string, committed, confirmed int) []string {
 		problems = append(problems, fmt.Sprintf("holds transactions up to %d, but wsfs state sync confirmed %d", hi, confirmed))
 	}
 	return problems
+}
+
+// firstMissing names the first path on the way to path that does not
+// exist (path itself if only it is missing).
+func firstMissing(path string) string {
+	d := path
+	for {
+		if _, err := os.Stat(filepath.Dir(d)); err == nil || filepath.Dir(d) == d {
+			return d
+		}
+		d = filepath.Dir(d)
+	}
 }
 
 // upProc is a running `wsfs up`.
@@ -339,6 +365,7 @@ type agentProc struct {
 	cmd       *exec.Cmd
 	first     int64        // its first transaction (the database's next id)
 	committed atomic.Int64 // the last transaction it reported committed
+	longest   atomic.Int64 // its longest commit (begin to commit returned), in ms
 	done      chan struct{}
 	failed    string // its output if it ended before being killed
 	killed    atomic.Bool
@@ -373,6 +400,9 @@ func startAgent(t *testing.T, db string, seed int64) *agentProc {
 			case strings.HasPrefix(line, "c "):
 				n, _ := strconv.ParseInt(line[2:], 10, 64)
 				a.committed.Store(n)
+			case strings.HasPrefix(line, "longest "):
+				ms, _ := strconv.ParseInt(line[8:], 10, 64)
+				a.longest.Store(ms)
 			default:
 				a.out.Write([]byte(line + "\n"))
 			}
@@ -406,7 +436,9 @@ func (a *agentProc) kill() {
 // TestPowerCutAgent is the agent process of TestPowerCutUp (skipped unless
 // started by it): it commits one transaction after another to its state
 // database, each inserting row id N (and sometimes rewriting an older
-// row), and prints "c N" once the commit returned.
+// row), and prints "c N" once the commit returned, and "longest MS" when
+// a transaction took longer than any before (mostly waiting for the write
+// lock that the sidecar's checkpoints take).
 func TestPowerCutAgent(t *testing.T) {
 	if os.Getenv("WSFS_POWERCUT_AGENT") == "" {
 		t.Skip("the agent process of TestPowerCutUp")
@@ -431,7 +463,9 @@ func TestPowerCutAgent(t *testing.T) {
 		fail("max", err)
 	}
 	fmt.Printf("first %d\n", last+1)
+	var longest time.Duration
 	for i := last + 1; ; i++ {
+		began := time.Now()
 		tx, err := db.BeginTx(context.Background(), nil)
 		if err != nil {
 			fail("begin", err)
@@ -448,6 +482,10 @@ func TestPowerCutAgent(t *testing.T) {
 			fail("commit", err)
 		}
 		fmt.Printf("c %d\n", i)
+		if d := time.Since(began); d > longest {
+			longest = d
+			fmt.Printf("longest %d\n", d.Milliseconds())
+		}
 		time.Sleep(time.Millisecond) // an agent, not a benchmark: the replica keeps up
 	}
 }
@@ -578,6 +616,13 @@ func TestPowerCutAfterStateSync(t *testing.T) {
 	h.restore(func() {
 		for _, p := range checkAgentDB(h.backingPath(db), -1, int(confirmed)) {
 			t.Errorf("local database: %s", p)
+		}
+		// Litestream's local position (its L0 files, synced with their
+		// directory) must survive too, or every start after a power cut
+		// converts the whole database again.
+		l0 := filepath.Join(filepath.Dir(h.backingPath(db)), "."+agentstate.DBName+"-litestream", "ltx", "0")
+		if ltx, _ := filepath.Glob(filepath.Join(l0, "*.ltx")); len(ltx) == 0 {
+			t.Errorf("no LTX file survived in %s (the first missing path: %s): the next sidecar starts without its local position", l0, firstMissing(l0))
 		}
 	})
 	restored := filepath.Join(t.TempDir(), "restored.db")

@@ -123,7 +123,15 @@ func isAbstract(socket string) bool { return strings.HasPrefix(socket, "@") }
 // apply to every connection of the pool (unlike an Exec of PRAGMA):
 //
 //   - journal_mode(wal): Litestream follows the WAL.
-//   - busy_timeout(5000): wait for Litestream's short locks instead of failing.
+//   - busy_timeout(30000): wait for Litestream's write lock instead of
+//     failing. Litestream's checkpoint holds it across an LTX write, the
+//     PASSIVE checkpoint (1000 pages or more into the database) and their
+//     fsyncs: milliseconds on an idle disk, but more than the 5 s its docs
+//     suggest on a slow or loaded one (in e2e TestPowerCutUp on a loaded
+//     2-core machine transactions took up to 4.1 s, and an agent failed
+//     with SQLITE_BUSY after 5 s). 30 s is the
+//     supervisor's stop timeout: a sidecar holding the lock longer is as
+//     good as hung, and the agent's error then says so.
 //   - wal_autocheckpoint(0): the application never checkpoints; Litestream
 //     does (passive checkpoints every ~1000 pages, as Litestream's own tips
 //     recommend), so the application does not checkpoint behind a dead
@@ -134,7 +142,7 @@ func isAbstract(socket string) bool { return strings.HasPrefix(socket, "@") }
 // survives a power loss locally.
 func DSN(path string) string {
 	u := url.URL{Scheme: "file", Opaque: path}
-	return u.String() + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(wal)&_pragma=wal_autocheckpoint(0)"
+	return u.String() + "?_pragma=busy_timeout(30000)&_pragma=journal_mode(wal)&_pragma=wal_autocheckpoint(0)"
 }
 
 // OpenDB opens (creating if needed) the state database at path in WAL mode

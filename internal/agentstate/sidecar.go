@@ -217,6 +217,9 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	// from then on snapshots never overlap. DB.Open is idempotent
 	// (v0.5.18: "already open"), so Store.Open's own call leaves the
 	// database as opened here.
+	if err := durableLTXDirs(db); err != nil {
+		return fail(err)
+	}
 	if err := db.Open(); err != nil {
 		return fail(fmt.Errorf("start replication of %s: %w", opts.DBPath, err))
 	}
@@ -224,6 +227,13 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	if err := s.snapshot(ctx); err != nil {
 		s.setErr(err)
 		log.Error("start-up snapshot failed; the store's snapshot monitor takes one, and the next start retries", "err", err)
+	}
+	// The first sync ran Litestream's initialisation, which removes and
+	// recreates the L0 directory (plain MkdirAll) when it finds the
+	// replica ahead of the local files.
+	if err := durableLTXDirs(db); err != nil {
+		db.Close(context.Background())
+		return fail(err)
 	}
 	if err := store.Open(ctx); err != nil {
 		db.Close(context.Background())
@@ -273,6 +283,36 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	}
 	log.Info("replicating agent state", "db", opts.DBPath, "replica", opts.ReplicaURL, "sync_interval", opts.SyncInterval)
 	return s, nil
+}
+
+// durableLTXDirs makes the directory chain of Litestream's local LTX files
+// (DIR/.state.db-litestream/ltx/0 beside the database) durable: it creates
+// what is missing and syncs every directory of the chain into its parent,
+// also when the chain already exists (an older wsfs, or Litestream itself,
+// made it with a plain MkdirAll).
+//
+// Litestream fsyncs each L0 file and the L0 directory, but never the
+// directories above it. Without this a power cut lost the whole chain
+// after every start: the next start found no local position ("detected
+// database behind replica db_txid=0"), fetched the replica's last file and
+// converted the entire database and WAL into a new LTX file, then
+// uploaded it. On a slow disk that full conversion held Litestream's
+// executor for longer than every sync request's timeout (e2e
+// TestPowerCutUp: "wait for db sync executor: context deadline exceeded"
+// for a minute). With the chain durable, a restart after a power cut
+// resumes from the last local LTX file like a restart after a kill.
+func durableLTXDirs(db *litestream.DB) error {
+	l0 := db.LTXLevelDir(0)
+	if err := vfs.MkdirAllDurable(vfs.Default, l0, dirPerm); err != nil {
+		return fmt.Errorf("create Litestream's directory beside %s: %w", db.Path(), err)
+	}
+	agentDir := filepath.Dir(db.Path())
+	for d := l0; d != agentDir && filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if err := vfs.SyncDir(vfs.Default, filepath.Dir(d)); err != nil {
+			return fmt.Errorf("make Litestream's directory beside %s durable: %w", db.Path(), err)
+		}
+	}
+	return nil
 }
 
 // snapshot syncs and then uploads a full snapshot of the database.
