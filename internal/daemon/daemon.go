@@ -262,7 +262,7 @@ func writeReadyFile(path, mp string) error {
 // (one P for the commit flusher, which spends much of its time in
 // fdatasync, and one left idle), or 0 when the GOMAXPROCS environment
 // variable is set: an explicit choice is kept. Measured in
-// docs/benchmarks.md ("Daemon CPU per request: spare Ps, ...").
+// docs/benchmarks.md ("Daemon CPU per request: spare Ps and fewer allocations").
 func spareProcs() int {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return 0

@@ -127,8 +127,9 @@ type Options struct {
 // instead of backing off to 10 ms; the reader then exits its read
 // without a P and parks its thread while another takes the request
 // over. That is a third of the daemon's context switches on a
-// single-threaded client and one fifth of its CPU (docs/benchmarks.md,
-// "Daemon CPU per request").
+// single-threaded client, and sysmon alone used 15–20 % of the
+// daemon's CPU (docs/benchmarks.md,
+// "Daemon CPU per request: spare Ps and fewer allocations").
 func BlockedReaders() int {
 	return min(max(runtime.GOMAXPROCS(0), 2), 16) + 1
 }
