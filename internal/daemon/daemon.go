@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -157,6 +158,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Name: h.MountName(name), EntryTimeout: cfg.EntryTimeout, AttrTimeout: cfg.AttrTimeout, NegativeTimeout: cfg.EntryTimeout,
 		Passthrough: cfg.Passthrough, Writeback: cfg.Writeback,
 		Logger: lg, Metrics: m, Debug: cfg.DebugFUSE,
+		SpareProcs: spareProcs(),
 	})
 	if err != nil {
 		return err
@@ -254,4 +256,16 @@ func writeReadyFile(path, mp string) error {
 		return fmt.Errorf("ready file: %w", err)
 	}
 	return nil
+}
+
+// spareProcs is fusefs.Options.SpareProcs for the daemon's one mount: 2
+// (one P for the commit flusher, which spends much of its time in
+// fdatasync, and one left idle), or 0 when the GOMAXPROCS environment
+// variable is set: an explicit choice is kept. Measured in
+// docs/benchmarks.md ("Daemon CPU per request: spare Ps and fewer allocations").
+func spareProcs() int {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return 0
+	}
+	return 2
 }

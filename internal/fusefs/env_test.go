@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -149,4 +150,20 @@ func errnoOf(err error) error {
 		return se.Err
 	}
 	return err
+}
+
+// TestSpareProcs checks that a mount with SpareProcs leaves that many Ps
+// beyond the readers go-fuse can have blocked in read(2), and that the
+// mount serves requests.
+func TestSpareProcs(t *testing.T) {
+	old := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
+	want := BlockedReaders() + 2
+	e := newEnv(t, Options{SpareProcs: 2})
+	if got := runtime.GOMAXPROCS(0); got != want {
+		t.Fatalf("GOMAXPROCS %d after a mount with SpareProcs 2, want %d (BlockedReaders %d + 2)", got, want, want-2)
+	}
+	if err := os.WriteFile(e.path("f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

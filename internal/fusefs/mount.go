@@ -55,6 +55,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +109,29 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Debug logs every FUSE request (very verbose).
 	Debug bool
+	// SpareProcs, if positive, sets the process's GOMAXPROCS, once the
+	// server exists, to BlockedReaders() + SpareProcs: Ps that stay
+	// free while every go-fuse reader is blocked in read(2) of
+	// /dev/fuse. It is process-wide: for a daemon that serves one mount
+	// (see BlockedReaders for why it pays).
+	SpareProcs int
+}
+
+// BlockedReaders is how many go-fuse reader goroutines a server created
+// now can have blocked in read(2) of /dev/fuse at once: go-fuse v2.12
+// sizes its readers from GOMAXPROCS when the server is created (clamped
+// to 2..16) and lets one more start while all are busy. Each blocked
+// reader holds a P in a system call. When they hold every P, the Go
+// runtime's sysmon finds no idle P and takes one back from a reader
+// after every 20 µs of waiting, which keeps sysmon polling every 20 µs
+// instead of backing off to 10 ms; the reader then exits its read
+// without a P and parks its thread while another takes the request
+// over. That is a third of the daemon's context switches on a
+// single-threaded client, and sysmon alone used 15–20 % of the
+// daemon's CPU (docs/benchmarks.md,
+// "Daemon CPU per request: spare Ps and fewer allocations").
+func BlockedReaders() int {
+	return min(max(runtime.GOMAXPROCS(0), 2), 16) + 1
 }
 
 // DefaultReadAheadKB is the default readahead of a mount. Reading a 200 MiB
@@ -226,6 +250,9 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 		Logger:               log.New(slogWriter{opts.Logger}, "", 0),
 	}
 	srv, err := fuse.NewServer(r, mp, mo)
+	if err == nil && opts.SpareProcs > 0 {
+		runtime.GOMAXPROCS(BlockedReaders() + opts.SpareProcs)
+	}
 	if err != nil {
 		if !root {
 			// go-fuse fell back to fusermount3, whose failure reads

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"wsfs/internal/objid"
 	"wsfs/internal/wire"
 )
 
@@ -145,8 +146,26 @@ type Record struct {
 	Value     []byte  // SetXattr
 }
 
-// Encode appends the wire form of r to buf and returns it.
+// encodedSizeHint is an estimate of len(r.Encode(nil)), at or above it
+// for every record: the fixed-size fields (at most 16 varints of 10
+// bytes) plus the variable parts with their length prefixes.
+func (r *Record) encodedSizeHint() int {
+	c := &r.Content
+	n := 1 + 16*10 + 4*10 + len(r.Name) + len(r.NewName) + len(r.Target) + len(r.Value) +
+		2 + 10 + len(c.Inline) + len(c.Object) + 10 + len(c.Chunks)*len(objid.ID{}) + 10 + 10
+	for _, rg := range c.Ranges {
+		n += 20 + len(rg.Data)
+	}
+	return n
+}
+
+// Encode appends the wire form of r to buf and returns it. A nil buf is
+// allocated once at about the encoded size (encodedSizeHint), not grown
+// by doubling field by field.
 func (r *Record) Encode(buf []byte) []byte {
+	if buf == nil {
+		buf = make([]byte, 0, r.encodedSizeHint())
+	}
 	b := append(buf, byte(r.Op))
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	s := func(v string) { u(uint64(len(v))); b = append(b, v...) }
@@ -289,10 +308,21 @@ func (d *decoder) wide(what string) Timestamp {
 // data (they are never mutated after decoding, so sharing is safe); the
 // caller must not modify data afterwards. It never panics on any input.
 func DecodeRecord(data []byte) (*Record, error) {
-	if len(data) == 0 {
-		return nil, fmt.Errorf("%w: empty", ErrBadRecord)
+	r := new(Record)
+	if err := r.Decode(data); err != nil {
+		return nil, err
 	}
-	r := &Record{Op: Op(data[0])}
+	return r, nil
+}
+
+// Decode is DecodeRecord into r, which it overwrites entirely (on error,
+// with a partial record): a caller that decodes many records and keeps
+// none of them (Tree.Apply copies what it keeps) reuses one Record.
+func (r *Record) Decode(data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: empty", ErrBadRecord)
+	}
+	*r = Record{Op: Op(data[0])}
 	d := newDecoder(data[1:], ErrBadRecord)
 	switch r.Op {
 	case OpCreate:
@@ -424,13 +454,13 @@ func DecodeRecord(data []byte) (*Record, error) {
 		r.Name = d.Str("xattr name", MaxNameLen)
 		r.Time = d.Varint("time")
 	default:
-		return nil, fmt.Errorf("%w: unknown op %d", ErrBadRecord, data[0])
+		return fmt.Errorf("%w: unknown op %d", ErrBadRecord, data[0])
 	}
 	if d.Err != nil {
-		return nil, fmt.Errorf("%s record: %w", r.Op, d.Err)
+		return fmt.Errorf("%s record: %w", r.Op, d.Err)
 	}
 	if len(d.B) != 0 {
-		return nil, fmt.Errorf("%w: %s record has %d trailing bytes", ErrBadRecord, r.Op, len(d.B))
+		return fmt.Errorf("%w: %s record has %d trailing bytes", ErrBadRecord, r.Op, len(d.B))
 	}
-	return r, nil
+	return nil
 }

@@ -53,6 +53,9 @@ func sampleRecords() []*Record {
 func TestRecordRoundTrip(t *testing.T) {
 	for _, r := range sampleRecords() {
 		data := r.Encode(nil)
+		if h := r.encodedSizeHint(); len(data) > h {
+			t.Errorf("%s: encoded %d bytes, above encodedSizeHint %d (Encode(nil) grew its buffer)", r.Op, len(data), h)
+		}
 		got, err := DecodeRecord(data)
 		if err != nil {
 			t.Fatalf("%s: decode: %v", r.Op, err)

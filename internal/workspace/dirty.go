@@ -502,16 +502,17 @@ func growMem(mem []byte, n, limit int) []byte {
 	return nb
 }
 
-// Dirty buffers between 64 KiB and 8 MiB are recycled through one pool
-// per power-of-two capacity: a fresh multi-megabyte buffer per written
-// file costs page faults and zeroing on every first touch, which
-// dominated the daemon's write path in CPU profiles of the stress
-// workload. A buffer is recycled only by the code that owns it (discard,
+// Dirty buffers up to 8 MiB are recycled through one pool per
+// power-of-two capacity from 4 KiB (a smaller one gets a 4 KiB buffer): a
+// fresh multi-megabyte buffer per written file costs page faults and
+// zeroing on every first touch, which dominated the daemon's write path
+// in CPU profiles of the stress workload, and a fresh small one per small
+// file was a sixth of the daemon's page faults on small-file creates. A buffer is recycled only by the code that owns it (discard,
 // putChunk, toChunks, growMem), after its last use: flushLocked's record
 // encodes inline content by copying it, and pool.Put does not keep its
 // argument.
 const (
-	minPooledShift = 16
+	minPooledShift = 12
 	maxPooledShift = 23
 )
 
@@ -519,8 +520,8 @@ var bufPools [maxPooledShift - minPooledShift + 1]sync.Pool // of *[]byte
 
 // bufClass returns the pool index for capacity c, or -1.
 func bufClass(c int) int {
-	shift := bits.Len(uint(c - 1)) // ceil(log2(c))
-	if c <= 0 || shift < minPooledShift || shift > maxPooledShift {
+	shift := max(bits.Len(uint(c-1)), minPooledShift) // ceil(log2(c)), at least the smallest class
+	if c <= 0 || shift > maxPooledShift {
 		return -1
 	}
 	return shift - minPooledShift

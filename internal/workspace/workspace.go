@@ -254,7 +254,12 @@ type Workspace struct {
 	shadow *namespace.Tree
 	// shadowMu guards shadow and shadowGroup against DurableTree, which
 	// clones the shadow from another goroutine (durable.go).
-	shadowMu    sync.Mutex
+	shadowMu sync.Mutex
+	// shadowRec (guarded by shadowMu) is the Record onCommit decodes each
+	// committed record into before applying it to shadow, reused: Apply
+	// and snapCache.Touch keep nothing of it but copies (its slices
+	// alias the record's bytes, not the Record).
+	shadowRec   namespace.Record
 	shadowGroup uint64 // the group the shadow is at the end of
 	// snapCache (guarded by shadowMu) is told every record applied to the
 	// shadow, for DurableManifest; nil until its first call.
@@ -320,9 +325,11 @@ func wsErr(op string, ino Ino, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var we *Error
-	if errors.As(err, &we) {
-		return err
+	if _, bare := err.(syscall.Errno); !bare { // the common case (ENOENT of a lookup) skips errors.As
+		var we *Error
+		if errors.As(err, &we) {
+			return err
+		}
 	}
 	return &Error{Op: op, Ino: ino, Name: name, Err: errno(err)}
 }
@@ -333,6 +340,9 @@ func wsErr(op string, ino Ino, name string, err error) error {
 func errno(err error) error {
 	if err == nil {
 		return nil
+	}
+	if _, bare := err.(syscall.Errno); bare {
+		return err
 	}
 	var e syscall.Errno
 	if errors.As(err, &e) {
@@ -533,8 +543,9 @@ func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
 	if w.shadowErr != nil {
 		return
 	}
+	rec := &w.shadowRec
 	for i, r := range recs {
-		rec, err := namespace.DecodeRecord(r.Data)
+		err := rec.Decode(r.Data)
 		if err == nil {
 			err = w.shadow.Apply(rec)
 		}
