@@ -1,8 +1,11 @@
 package supervisor
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -66,7 +69,13 @@ func scrapeEndpoint(t *testing.T, a *aggregator) map[string]float64 {
 	t.Helper()
 	srv := httptest.NewServer(a.handler())
 	defer srv.Close()
-	resp, err := (&http.Client{Timeout: time.Minute}).Get(srv.URL)
+	return scrapeURL(t, srv.URL)
+}
+
+// scrapeURL is scrapeEndpoint of the endpoint at url.
+func scrapeURL(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: time.Minute}).Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,5 +285,72 @@ func TestRelabelKeepsOwnValue(t *testing.T) {
 	}
 	if want := []string{"op=READ", "process=daemon", "workspace=ws-1"}; !slices.Equal(got, want) {
 		t.Errorf("labels %v, want %v", got, want)
+	}
+}
+
+// TestMetricsOfSupervisedChildren: Run with a MetricsListener starts its
+// children with --metrics=127.0.0.1:0 --metrics-file=HOME/run/NAME.KIND.metrics
+// and serves what they publish there, labelled; a child that keeps dying
+// (here the sidecar) shows as not up and not scraped, with its restarts
+// counted, and never breaks the endpoint. At the end the address files
+// are gone and the endpoint is closed.
+func TestMetricsOfSupervisedChildren(t *testing.T) {
+	t.Setenv("WSFS_SUPERVISOR_TEST_CHILD", "metrics")
+	h := testHost(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String() + "/metrics"
+	log := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{
+			Host: h, Workspaces: []string{"ws-1"}, Exe: os.Args[0],
+			MinBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, StopTimeout: 5 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(log, nil)), MetricsListener: ln,
+		})
+	}()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer stop()
+	deadline := time.Now().Add(time.Minute)
+	var got map[string]float64
+	for {
+		got = scrapeURL(t, url)
+		if got[`wsfs_up_child_restarts_total{process="sidecar",workspace="ws-1"}`] >= 2 &&
+			got[`wsfs_up_scrape_up{process="daemon",workspace="ws-1"}`] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no daemon series and sidecar restarts within a minute: %v\n%s", got, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wantSeries(t, got, map[string]float64{
+		`test_child_pid{process="daemon",workspace="ws-1"}`:              float64(childOf(t, h, "ws-1", KindDaemon).PID),
+		`wsfs_up_child_up{process="daemon",workspace="ws-1"}`:            1,
+		`wsfs_up_scrape_errors_total{process="daemon",workspace="ws-1"}`: 0,
+		`wsfs_up_scrape_up{process="sidecar",workspace="ws-1"}`:          0,
+		`wsfs_up_children{}`: 2,
+	})
+	stop()
+	for _, kind := range []string{KindDaemon, KindSidecar} {
+		if _, err := os.Stat(MetricsFile(h, "ws-1", kind)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s's metrics address file after the stop: %v", kind, err)
+		}
+	}
+	if resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url); err == nil {
+		resp.Body.Close()
+		t.Errorf("the endpoint still answers after Run returned")
 	}
 }
