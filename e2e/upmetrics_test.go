@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,11 +34,7 @@ func TestUpMetrics(t *testing.T) {
 		}
 	})
 	u := startUp(t, home, "--workspaces", "2", "--metrics", "127.0.0.1:0")
-	m := regexp.MustCompile(`msg="wsfs up: metrics of every workspace" addr=(http://\S+/metrics)`).FindStringSubmatch(u.stderr.String())
-	if m == nil {
-		t.Fatalf("wsfs up did not log its metrics address:\n%s", u.stderr)
-	}
-	url := m[1]
+	url := upMetricsURL(t, u.stderr.String())
 	if err := os.WriteFile(filepath.Join(home, "mnt", "ws-1", "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -60,26 +57,7 @@ func TestUpMetrics(t *testing.T) {
 	}
 	// The sidecars serve their metrics once their start-up snapshot is
 	// uploaded, possibly after "ready": poll, bounded.
-	var got map[string]string
-	var missing []string
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		got = scrapeSeries(t, url)
-		missing = missing[:0]
-		for _, w := range want {
-			key, val, hasVal := strings.Cut(w, " ")
-			if v, ok := got[key]; !ok || hasVal && v != val {
-				missing = append(missing, w)
-			}
-		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if len(missing) > 0 {
-		t.Fatalf("series missing or wrong after %v: %q\nwsfs up log:\n%s", readyTimeout, missing, u.stderr)
-	}
+	got := waitSeries(t, url, want, readyTimeout, u.stderr)
 	var ws1Creates, ws2Creates bool
 	for k, v := range got {
 		if strings.HasPrefix(k, "wsfs_fuse_ops_total{") && strings.Contains(k, `op="CREATE"`) && v != "0" {
@@ -92,6 +70,41 @@ func TestUpMetrics(t *testing.T) {
 	}
 	if !ws1Creates || ws2Creates {
 		t.Errorf("the CREATE in ws-1's mount: counted under ws-1 %v (want true), under ws-2 %v (want false)", ws1Creates, ws2Creates)
+	}
+}
+
+// upMetricsURL is the URL of the endpoint `wsfs up --metrics` logged.
+func upMetricsURL(t *testing.T, log string) string {
+	t.Helper()
+	m := regexp.MustCompile(`msg="wsfs up: metrics of every workspace" addr=(http://\S+/metrics)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("wsfs up did not log its metrics address:\n%s", log)
+	}
+	return m[1]
+}
+
+// waitSeries scrapes url until every one of want is there ("series" or
+// "series value", series as scrapeSeries writes them), bounded, and returns
+// the last scrape; it fails t with what is missing and log.
+func waitSeries(t *testing.T, url string, want []string, bound time.Duration, log fmt.Stringer) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		got := scrapeSeries(t, url)
+		var missing []string
+		for _, w := range want {
+			key, val, hasVal := strings.Cut(w, " ")
+			if v, ok := got[key]; !ok || hasVal && v != val {
+				missing = append(missing, w)
+			}
+		}
+		if len(missing) == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("series missing or wrong after %v: %q\nwsfs up log:\n%s", bound, missing, log)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
