@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -251,7 +250,7 @@ func (s *Server) PublishAddr(path string) error {
 // errors.Is(err, fs.ErrNotExist) when there is none (the process has not
 // bound its endpoint yet, or has exited).
 func ReadAddrFile(path string) (string, error) {
-	data, err := os.ReadFile(path)
+	data, err := vfs.ReadFile(vfs.Default, path)
 	if err != nil {
 		return "", err
 	}
@@ -265,7 +264,7 @@ func ReadAddrFile(path string) (string, error) {
 // Close stops the endpoint and removes its address file (PublishAddr).
 func (s *Server) Close() error {
 	if s.addrFile != "" {
-		os.Remove(s.addrFile)
+		vfs.Default.Remove(s.addrFile)
 	}
 	err := s.srv.Close()
 	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
