@@ -317,7 +317,7 @@ func TestHostLossUp(t *testing.T) {
 	setRemote(t, homeA, cfg)
 
 	var upLog lockedBuffer
-	up := exec.Command(wsfsBin, "up", "--home", homeA, "--workspaces", "2", "--min-backoff", "100ms", "--max-backoff", "2s")
+	up := exec.Command(wsfsBin, "up", "--home", homeA, "--workspaces", "2", "--min-backoff", "100ms", "--max-backoff", "2s", "--metrics", "127.0.0.1:0")
 	up.Stderr = &upLog
 	stdout, err := up.StdoutPipe()
 	if err != nil {
@@ -427,6 +427,12 @@ func TestHostLossUp(t *testing.T) {
 		t.Errorf("wsfs status shows no remote line:\n%s", status)
 	}
 	t.Logf("status:\n%s", status)
+	// The shippers' metrics reach the host endpoint, labelled.
+	waitSeries(t, upMetricsURL(t, upLog.String()), []string{
+		`wsfs_ship_shipped_group{process="shipper",workspace="ws-1"}`,
+		`wsfs_ship_shipped_group{process="shipper",workspace="ws-2"}`,
+		`wsfs_up_scrape_up{process="shipper",workspace="ws-2"} 1`,
+	}, readyTimeout, &upLog)
 	once.Do(killAll)
 	if err := os.RemoveAll(homeA); err != nil {
 		t.Fatal(err)

@@ -249,6 +249,11 @@ func TestRefusalExitCodes(t *testing.T) {
 		{[]string{"mount", "--home", home, "--drain", "bogus", "ws-1"}, exitUsage, "drain"},
 		{[]string{"state", "restore", "--home", home, "--at", "yesterday", "ws-1"}, exitUsage, "RFC 3339"},
 		{[]string{"gc", "--home", home, "--grace", "1s"}, exitUsage, "shorter than the minimum"},
+		{[]string{"mount", "--home", home, "--metrics-file", to, "ws-1"}, exitUsage, "--metrics-file needs --metrics"},
+		{[]string{"ship", "--home", home, "--metrics-file", to, "ws-1"}, exitUsage, "--metrics-file needs --metrics"},
+		{[]string{"sidecar", "--home", home, "--metrics-file", to, "ws-1"}, exitUsage, "--metrics-file needs --metrics"},
+		{[]string{"up", "--home", home, "--metrics", "no-port"}, exitUsage, "--metrics: listen tcp: address no-port: missing port"},
+		{[]string{"up", "--home", home, "--metrics", "127.0.0.1:0", "--metrics-timeout", "0s"}, exitUsage, "--metrics-timeout positive"},
 
 		{[]string{"ls", "--home", nohost}, exitPrecondition, "wsfs init"},
 		{[]string{"status", "--home", nohost}, exitPrecondition, "wsfs init"},

@@ -45,7 +45,8 @@ first); fsync returns once everything before it is durable.`)
 	groupRecords := flags.Int("group-records", workspace.DefaultGroupRecords, "close a commit group after this many records")
 	groupWindow := flags.Duration("group-window", workspace.DefaultGroupWindow, "close a commit group this long after its first record")
 	drain := flags.String("drain", "entry", `what a commit syncs before the log: "entry" (the group's own objects) or "syncfs" (legacy: whole filesystems)`)
-	metricsAddr := flags.String("metrics", "", "serve Prometheus metrics on ADDR (host:port) at /metrics")
+	metricsAddr := flags.String("metrics", "", "serve Prometheus metrics on ADDR (host:port; port 0 picks one) at /metrics")
+	metricsFile := flags.String("metrics-file", "", "with --metrics: write the address the endpoint bound to FILE (0600, atomically; removed at exit)")
 	passthrough := flags.Bool("passthrough", false, "let the kernel read whole-object files directly from the pool (read-only opens; a writer is refused with ETXTBSY while such a reader is open)")
 	writeback := flags.Bool("writeback", false, "kernel writeback cache (buffers writes; disables passthrough; file mtimes are those of the writeback)")
 	entryTimeout := flags.Duration("entry-timeout", fusefs.DefaultTimeout, "how long the kernel caches names and negative lookups")
@@ -69,6 +70,9 @@ first); fsync returns once everything before it is durable.`)
 	name := flags.Arg(0)
 	if err := host.ValidateName(name); err != nil {
 		return usageError{err.Error()}
+	}
+	if err := checkMetricsFile(*metricsAddr, *metricsFile); err != nil {
+		return err
 	}
 	d, err := commit.ParseDrain(*drain)
 	if err != nil {
@@ -136,7 +140,7 @@ first); fsync returns once everything before it is durable.`)
 		GroupRecords: *groupRecords, GroupWindow: *groupWindow, Drain: d,
 		EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout,
 		Passthrough: *passthrough, Writeback: *writeback, DebugFUSE: *debugFUSE,
-		MetricsAddr: *metricsAddr, ReadyFile: *readyFile, Logger: lg,
+		MetricsAddr: *metricsAddr, MetricsFile: *metricsFile, ReadyFile: *readyFile, Logger: lg,
 		NoPrefetch: !*prefetch, PrefetchParallel: *prefetchParallel, FetchTimeout: *fetchTimeout,
 		Serving: func(mp string) { fmt.Fprintf(g.stderr, "wsfs: serving %s at %s\n", name, mp) },
 	})

@@ -103,11 +103,15 @@ func runShip(ctx context.Context, g *globals, args []string) error {
 	g.homeFlag(fs)
 	interval := fs.Duration("interval", 50*time.Millisecond, "how often to look for newly committed groups")
 	metricsAddr := fs.String("metrics", "", "serve the shipper's Prometheus metrics (lag, bytes and objects shipped, errors by kind, retries) on ADDR (host:port) at /metrics")
+	metricsFile := fs.String("metrics-file", "", "with --metrics: write the address the endpoint bound to FILE (0600, atomically; removed at exit)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	name, err := nameArg(fs)
 	if err != nil {
+		return err
+	}
+	if err := checkMetricsFile(*metricsAddr, *metricsFile); err != nil {
 		return err
 	}
 	h, err := openHostChecked(g.home, name)
@@ -137,9 +141,9 @@ func runShip(ctx context.Context, g *globals, args []string) error {
 		if err := m.Registry.Register(sh.Collector()); err != nil {
 			return err
 		}
-		ms, err := m.Serve(*metricsAddr)
+		ms, err := serveMetrics(m, *metricsAddr, *metricsFile)
 		if err != nil {
-			return usageError{fmt.Sprintf("--metrics: %v", err)}
+			return err
 		}
 		defer ms.Close()
 		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")

@@ -8,6 +8,7 @@ import (
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
+	"wsfs/internal/metrics"
 	"wsfs/internal/vfs"
 )
 
@@ -34,13 +35,19 @@ daemon does not depend on it and keeps serving files.
 
 Replication is asynchronous: a transaction reaches the replica within about
 one --sync-interval, so a host loss can cost the last interval. Callers
-that need a confirmed position run 'wsfs state sync NAME'.`
+that need a confirmed position run 'wsfs state sync NAME'.
+
+--metrics ADDR serves the sidecar's Prometheus metrics (wsfs_agent_*:
+local and replica transaction, lag, last successful sync, error) at
+http://ADDR/metrics.`
 
 func runSidecar(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "sidecar", "NAME", sidecarAbout)
 	g.homeFlag(fs)
 	replica := fs.String("replica", "", "replica path or Litestream replica URL for this workspace (default: config, else POOL/replicas/NAME)")
 	interval := fs.Duration("sync-interval", time.Second, "how often Litestream uploads new transactions (the window that can be lost)")
+	metricsAddr := fs.String("metrics", "", "serve the sidecar's Prometheus metrics (replica position, lag, last sync, error) on ADDR (host:port; port 0 picks one) at /metrics")
+	metricsFile := fs.String("metrics-file", "", "with --metrics: write the address the endpoint bound to FILE (0600, atomically; removed at exit)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -50,6 +57,9 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	}
 	if *interval <= 0 {
 		return usageError{"--sync-interval must be positive"}
+	}
+	if err := checkMetricsFile(*metricsAddr, *metricsFile); err != nil {
+		return err
 	}
 	h, err := openHostChecked(g.home, name)
 	if err != nil {
@@ -64,7 +74,7 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	p := agentstate.PathsFor(h, name)
-	err = agentstate.Run(ctx, agentstate.Options{
+	sc, err := agentstate.Start(ctx, agentstate.Options{
 		Workspace:    name,
 		DBPath:       p.DB,
 		ReplicaURL:   url,
@@ -76,6 +86,27 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	if errors.Is(err, vfs.ErrLocked) {
 		return preconditionError{err} // a second sidecar for the workspace
 	}
+	if err != nil {
+		return err
+	}
+	var ms *metrics.Server
+	if *metricsAddr != "" {
+		m := metrics.New(name)
+		m.WatchAgent(func() metrics.AgentStats {
+			st := sc.Status()
+			return metrics.AgentStats{LocalTXID: st.LocalTXID, ReplicaTXID: st.ReplicaTXID, LastSyncAt: st.LastSyncAt, Error: st.Error != ""}
+		})
+		if ms, err = serveMetrics(m, *metricsAddr, *metricsFile); err != nil {
+			_, cerr := sc.Close(context.WithoutCancel(ctx))
+			return errors.Join(err, cerr)
+		}
+		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
+	}
+	<-ctx.Done()
+	if ms != nil {
+		ms.Close() // before Close: no scrape reads a closing database
+	}
+	_, err = sc.Close(context.WithoutCancel(ctx))
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -43,7 +44,17 @@ does not stop within --stop-timeout is killed (daemons then lazily
 unmounted) and the log says so. Exits 0.
 
 --gc-interval D runs 'wsfs gc' every D while the daemons serve (it needs no
-downtime); each pass is logged with what it reclaimed.`
+downtime); each pass is logged with what it reclaimed.
+
+--metrics ADDR serves the metrics of the whole host at http://ADDR/metrics
+(Prometheus): every child's own (the daemons' wsfs_fuse_*, wsfs_commit_*,
+..., the sidecars' wsfs_agent_*, the shippers' wsfs_ship_*), labelled
+workspace=NAME and process=daemon|sidecar|shipper, and the supervisor's
+wsfs_up_*: child_up, child_restarts_total, child_backoff_seconds, and per
+child scrape_up and scrape_errors_total. Each child serves on a port of
+127.0.0.1 it picks, published in HOME/run/NAME.KIND.metrics; a child that
+is down or does not answer within --metrics-timeout shows as
+wsfs_up_scrape_up 0 and never fails the endpoint.`
 
 func runUp(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "up", "", upAbout)
@@ -53,14 +64,16 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 	maxBackoff := fs.Duration("max-backoff", 30*time.Second, "cap of the restart delay")
 	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "how long to wait for a child after SIGTERM before SIGKILL")
 	gcInterval := fs.Duration("gc-interval", 0, "run 'wsfs gc' (default grace) this often while the daemons serve; 0: never")
+	metricsAddr := fs.String("metrics", "", "serve the Prometheus metrics of every workspace's daemon, sidecar and shipper, labelled by workspace and process, on ADDR (host:port) at /metrics")
+	metricsTimeout := fs.Duration("metrics-timeout", 5*time.Second, "with --metrics: bound on the scrape of one child (a slower child is reported as not scraped)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	if *n < 0 || *minBackoff <= 0 || *maxBackoff < *minBackoff || *stopTimeout <= 0 || *gcInterval < 0 {
-		return usageError{"--workspaces must be >= 0, backoffs positive with --max-backoff >= --min-backoff, --stop-timeout positive, --gc-interval >= 0"}
+	if *n < 0 || *minBackoff <= 0 || *maxBackoff < *minBackoff || *stopTimeout <= 0 || *gcInterval < 0 || *metricsTimeout <= 0 {
+		return usageError{"--workspaces must be >= 0, backoffs positive with --max-backoff >= --min-backoff, --stop-timeout and --metrics-timeout positive, --gc-interval >= 0"}
 	}
 	if h0, err := host.Open(g.home); err == nil {
 		if err := checkLayoutMounted(h0); err != nil { // layoutcheck.go
@@ -107,6 +120,14 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	var metricsLn net.Listener
+	if *metricsAddr != "" {
+		// Bound here, before any child starts: a taken or bad address is
+		// the caller's to fix (exit 2), not a half-started host.
+		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return usageError{fmt.Sprintf("--metrics: %v", err)}
+		}
+	}
 	err = supervisor.Run(ctx, supervisor.Options{
 		Ship:        rcfg.Enabled(),
 		Host:        h,
@@ -117,7 +138,10 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 		StopTimeout: *stopTimeout,
 		GCInterval:  *gcInterval,
 		Logger:      log,
-		Ready:       func() { fmt.Fprintln(g.stdout, "ready") },
+
+		MetricsListener: metricsLn,
+		MetricsTimeout:  *metricsTimeout,
+		Ready:           func() { fmt.Fprintln(g.stdout, "ready") },
 	})
 	if err != nil {
 		return preconditionError{err}

@@ -49,6 +49,9 @@ type Config struct {
 	DebugFUSE                 bool // log every FUSE request
 
 	MetricsAddr string // serve Prometheus metrics there ("" for none)
+	// MetricsFile, with MetricsAddr, receives the address the metrics
+	// endpoint bound (metrics.Server.PublishAddr), removed at exit.
+	MetricsFile string
 	ReadyFile   string // created once the mount is live, removed at exit ("" for none)
 	Logger      *slog.Logger
 	// Serving, if set, is called once the mount is live.
@@ -184,6 +187,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		defer ms.Close()
+		if cfg.MetricsFile != "" {
+			if err := ms.PublishAddr(cfg.MetricsFile); err != nil {
+				return err
+			}
+		}
 		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
 	}
 	// `wsfs snapshot create`, `wsfs restore` and `wsfs diff` reach this

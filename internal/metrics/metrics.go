@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"wsfs/internal/commit"
+	"wsfs/internal/vfs"
 )
 
 // latencyBuckets span a FUSE round trip (~20 us) to a slow disk sync (seconds).
@@ -205,9 +207,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Server is a running /metrics endpoint.
 type Server struct {
-	srv  *http.Server
-	addr string
-	done chan error
+	srv      *http.Server
+	addr     string
+	done     chan error
+	addrFile string // see PublishAddr
 }
 
 // Serve listens on addr (host:port; port 0 picks one) and serves the
@@ -227,8 +230,42 @@ func (m *Metrics) Serve(addr string) (*Server, error) {
 // Addr is the address the endpoint listens on.
 func (s *Server) Addr() string { return s.addr }
 
-// Close stops the endpoint.
+// PublishAddr writes the address the endpoint listens on (host:port and a
+// newline) to path, atomically and private (0600), so that a supervisor that
+// started this process with --metrics=127.0.0.1:0 finds the port picked.
+// Close removes the file: it exists only while the endpoint may serve. The
+// file is advisory and not synced.
+func (s *Server) PublishAddr(path string) error {
+	if err := vfs.Publish(vfs.Default, path, false, func(f vfs.File) error {
+		_, err := f.Write([]byte(s.addr + "\n"))
+		return err
+	}); err != nil {
+		return fmt.Errorf("metrics address file: %w", err)
+	}
+	s.addrFile = path
+	return nil
+}
+
+// ReadAddrFile reads an address written by PublishAddr. Its error satisfies
+// errors.Is(err, fs.ErrNotExist) when there is none (the process has not
+// bound its endpoint yet, or has exited).
+func ReadAddrFile(path string) (string, error) {
+	data, err := vfs.ReadFile(vfs.Default, path)
+	if err != nil {
+		return "", err
+	}
+	addr := strings.TrimSpace(string(data))
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("metrics address file %s: %w", path, err)
+	}
+	return addr, nil
+}
+
+// Close stops the endpoint and removes its address file (PublishAddr).
 func (s *Server) Close() error {
+	if s.addrFile != "" {
+		vfs.Default.Remove(s.addrFile)
+	}
 	err := s.srv.Close()
 	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr

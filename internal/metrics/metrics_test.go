@@ -1,8 +1,13 @@
 package metrics
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +68,60 @@ func TestNilIsNoop(t *testing.T) {
 	m.Op("READ").Done(time.Now(), true)
 	m.GroupCommitted(commit.GroupStats{})
 	m.WatchEngine(nil)
+}
+
+// TestPublishAddr: the address file holds the bound address, is private,
+// and is gone once the endpoint is closed.
+func TestPublishAddr(t *testing.T) {
+	s, err := New("ws1").Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ws1.daemon.metrics")
+	if err := s.PublishAddr(path); err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("address file: %v, %v; want mode 0600", fi, err)
+	}
+	if got, err := ReadAddrFile(path); err != nil || got != s.Addr() {
+		t.Errorf("ReadAddrFile = %q, %v; want %q", got, err, s.Addr())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadAddrFile(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after Close, ReadAddrFile: %v; want not exist", err)
+	}
+	if err := os.WriteFile(path, []byte("garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadAddrFile(path); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a garbled address file: %v; want an error naming it", err)
+	}
+}
+
+func TestWatchAgent(t *testing.T) {
+	m := New("ws1")
+	at := time.Unix(1700000000, 0)
+	m.WatchAgent(func() AgentStats { return AgentStats{LocalTXID: 9, ReplicaTXID: 7, LastSyncAt: at, Error: true} })
+	var b strings.Builder
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, mt := range f.Metric {
+			fmt.Fprintf(&b, "%s %v\n", f.GetName(), mt.GetGauge().GetValue())
+		}
+	}
+	for _, want := range []string{
+		"wsfs_agent_local_txid 9", "wsfs_agent_replica_txid 7", "wsfs_agent_replica_lag_txids 2",
+		"wsfs_agent_last_sync_timestamp_seconds 1.7e+09", "wsfs_agent_replica_error 1",
+	} {
+		if !strings.Contains(b.String(), want+"\n") {
+			t.Errorf("missing %q in\n%s", want, b.String())
+		}
+	}
 }

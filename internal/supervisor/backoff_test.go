@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"wsfs/internal/host"
+	"wsfs/internal/metrics"
 )
 
 // testChild is the body of the test binary run as a child by the
@@ -36,6 +39,14 @@ func testChild(mode string) {
 		time.Sleep(time.Hour)
 	case "exit3":
 		os.Exit(3)
+	case "metrics":
+		// A daemon that serves a metrics endpoint the way wsfs does
+		// (--metrics, --metrics-file); a sidecar that keeps dying.
+		if len(os.Args) > 1 && os.Args[1] == "sidecar" {
+			os.Exit(3)
+		}
+		serveTestMetrics()
+		time.Sleep(time.Hour)
 	case "deaf":
 		signal.Ignore(syscall.SIGTERM)
 		// Tell the test that SIGTERM is now ignored.
@@ -48,6 +59,32 @@ func testChild(mode string) {
 		time.Sleep(time.Hour)
 	}
 	os.Exit(2)
+}
+
+// serveTestMetrics serves test_child_pid on the child's --metrics address
+// and publishes the address in its --metrics-file.
+func serveTestMetrics() {
+	var addr, file string
+	for _, a := range os.Args {
+		if v, ok := strings.CutPrefix(a, "--metrics="); ok {
+			addr = v
+		}
+		if v, ok := strings.CutPrefix(a, "--metrics-file="); ok {
+			file = v
+		}
+	}
+	m := metrics.New("ignored")
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "test_child_pid", Help: "pid"},
+		func() float64 { return float64(os.Getpid()) }))
+	s, err := m.Serve(addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := s.PublishAddr(file); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 }
 
 func testHost(t *testing.T) *host.Host {

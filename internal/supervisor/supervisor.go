@@ -28,8 +28,10 @@
 // "NAME/kind: ".
 //
 // Runtime files: HOME/run/NAME.ready (the daemon's ready file),
-// HOME/run/NAME.KIND.log (children's output) and HOME/run/up.json (pids and
-// restart counts, for `wsfs status`).
+// HOME/run/NAME.KIND.log (children's output), HOME/run/up.json (pids and
+// restart counts, for `wsfs status`) and, with a metrics endpoint,
+// HOME/run/NAME.KIND.metrics (where each child's own endpoint listens; see
+// metrics.go).
 package supervisor
 
 import (
@@ -40,6 +42,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +95,12 @@ type Options struct {
 	// pool.Collect).
 	GCInterval time.Duration
 	GCArgs     []string
+	// MetricsListener, if set, serves the host's metrics on /metrics:
+	// every child's, labelled with its workspace and process, and the
+	// supervisor's own (see metrics.go). It is closed when Run returns.
+	MetricsListener net.Listener
+	// MetricsTimeout bounds the scrape of one child. Default 5s.
+	MetricsTimeout time.Duration
 }
 
 // Kinds of child process.
@@ -129,17 +139,19 @@ type State struct {
 }
 
 type child struct {
-	ws, kind   string
-	args       []string
-	env        []string
-	mountPoint string // daemon only
-	readyFile  string // daemon only
+	ws, kind    string
+	args        []string
+	env         []string
+	mountPoint  string // daemon only
+	readyFile   string // daemon only
+	metricsFile string // where it publishes its metrics address ("": none)
 
 	mu struct {
 		sync.Mutex
 		cmd      *exec.Cmd // nil while not running
 		stopping bool
 		st       ChildState
+		backoff  time.Duration // the delay of its next restart
 	}
 	exited chan struct{} // closed when the current process has been waited for
 	done   chan struct{} // closed when the loop has returned
@@ -157,6 +169,9 @@ type supervisor struct {
 // ctx is done, then stops them (see the package doc). It returns an error
 // only if it cannot start at all.
 func Run(ctx context.Context, opts Options) error {
+	if opts.MetricsListener != nil {
+		defer opts.MetricsListener.Close()
+	}
 	if opts.Host == nil || opts.Exe == "" {
 		return errors.New("supervisor: Host and Exe are required")
 	}
@@ -177,6 +192,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.MetricsTimeout <= 0 {
+		opts.MetricsTimeout = 5 * time.Second
 	}
 	h := opts.Host
 	if err := os.MkdirAll(RunDir(h), 0o700); err != nil {
@@ -201,37 +219,61 @@ func Run(ctx context.Context, opts Options) error {
 		if err := os.MkdirAll(mp, 0o755); err != nil && !errors.Is(err, syscall.ENOTCONN) {
 			return fmt.Errorf("create mount point %s: %w", mp, err)
 		}
+		// metricsArgs are the flags of a child of kind that publishes its
+		// metrics for the host endpoint.
+		metricsArgs := func(kind string) (file string, args []string) {
+			if opts.MetricsListener == nil {
+				return "", nil
+			}
+			file = MetricsFile(h, ws, kind)
+			return file, []string{"--metrics=127.0.0.1:0", "--metrics-file=" + file}
+		}
 		ready := ReadyFile(h, ws)
-		dargs := append([]string{"mount", home, "--ready-file=" + ready}, opts.DaemonArgs...)
+		mf, margs := metricsArgs(KindDaemon)
+		dargs := append(append([]string{"mount", home, "--ready-file=" + ready}, margs...), opts.DaemonArgs...)
 		s.children = append(s.children, &child{
-			ws: ws, kind: KindDaemon, env: env, mountPoint: mp, readyFile: ready,
+			ws: ws, kind: KindDaemon, env: env, mountPoint: mp, readyFile: ready, metricsFile: mf,
 			args: append(dargs, ws, mp),
 		})
-		sargs := append([]string{"sidecar", home}, opts.SidecarArgs...)
+		mf, margs = metricsArgs(KindSidecar)
+		sargs := append(append([]string{"sidecar", home}, margs...), opts.SidecarArgs...)
 		s.children = append(s.children, &child{
-			ws: ws, kind: KindSidecar, env: env,
+			ws: ws, kind: KindSidecar, env: env, metricsFile: mf,
 			args: append(sargs, ws),
 		})
 		if opts.Ship {
-			s.children = append(s.children, &child{ws: ws, kind: KindShipper, env: env, args: []string{"ship", home, ws}})
+			mf, margs = metricsArgs(KindShipper)
+			s.children = append(s.children, &child{ws: ws, kind: KindShipper, env: env, metricsFile: mf,
+				args: append(append([]string{"ship", home}, margs...), ws)})
 		}
 	}
 	for _, c := range s.children {
 		c.mu.st = ChildState{Workspace: c.ws, Kind: c.kind}
+		c.mu.backoff = opts.MinBackoff
 	}
 
 	// A ready file left by a daemon that died uncleanly must not make the
 	// new run look ready before its own daemons are.
+	// Likewise a metrics address file: its port may belong to anyone now.
 	for _, c := range s.children {
 		if c.kind == KindDaemon {
 			os.Remove(c.readyFile)
 		}
+		c.removeMetricsFile()
 	}
 	restartCtx, stopRestarts := context.WithCancel(context.Background())
 	defer stopRestarts()
 	for _, c := range s.children {
 		c.done = make(chan struct{})
 		go func() { defer close(c.done); s.loop(restartCtx, c) }()
+	}
+	if ln := opts.MetricsListener; ln != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", s.newMetricsHandler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		s.log.Info("wsfs up: metrics of every workspace", "addr", "http://"+ln.Addr().String()+"/metrics")
 	}
 	s.log.Info("wsfs up: supervising", "workspaces", len(opts.Workspaces), "children", len(s.children))
 	go s.watchReady(ctx)
@@ -318,6 +360,7 @@ func (s *supervisor) loop(ctx context.Context, c *child) {
 			os.Remove(c.readyFile)
 			s.clearStaleMount(c, log)
 		}
+		c.removeMetricsFile()
 		cmd := exec.Command(s.opts.Exe, c.args...)
 		cmd.Env = c.env
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -362,6 +405,7 @@ func (s *supervisor) loop(ctx context.Context, c *child) {
 			if tail != nil {
 				tail.finish()
 			}
+			c.removeMetricsFile() // a killed child leaves it
 			lived := time.Since(c.mu.st.StartedAt)
 			how := describeExit(cmd.ProcessState, werr)
 			c.mu.Lock()
@@ -377,6 +421,9 @@ func (s *supervisor) loop(ctx context.Context, c *child) {
 			}
 			if lived >= s.opts.StableAfter {
 				backoff = s.opts.MinBackoff
+				c.mu.Lock()
+				c.mu.backoff = backoff
+				c.mu.Unlock()
 			}
 			log.Warn("died", "pid", cmd.Process.Pid, "how", how, "after", lived.Round(time.Millisecond), "restart_in", backoff)
 		}
@@ -390,7 +437,17 @@ func (s *supervisor) loop(ctx context.Context, c *child) {
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, s.opts.MaxBackoff)
+		c.mu.Lock()
+		c.mu.backoff = backoff
+		c.mu.Unlock()
 		log.Info("restarting")
+	}
+}
+
+// removeMetricsFile removes c's metrics address file, if it has one.
+func (c *child) removeMetricsFile() {
+	if c.metricsFile != "" {
+		os.Remove(c.metricsFile)
 	}
 }
 

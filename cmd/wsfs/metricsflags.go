@@ -1,0 +1,32 @@
+package main
+
+import (
+	"fmt"
+
+	"wsfs/internal/metrics"
+)
+
+// checkMetricsFile refuses --metrics-file without --metrics (usage error).
+func checkMetricsFile(addr, file string) error {
+	if file != "" && addr == "" {
+		return usageError{"--metrics-file needs --metrics ADDR (it receives the address --metrics bound)"}
+	}
+	return nil
+}
+
+// serveMetrics serves m on addr (a usage error if it cannot listen there)
+// and, if file is set, publishes the bound address in it
+// (metrics.Server.PublishAddr; Close removes it).
+func serveMetrics(m *metrics.Metrics, addr, file string) (*metrics.Server, error) {
+	ms, err := m.Serve(addr)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--metrics: %v", err)}
+	}
+	if file != "" {
+		if err := ms.PublishAddr(file); err != nil {
+			ms.Close()
+			return nil, err
+		}
+	}
+	return ms, nil
+}
