@@ -28,7 +28,9 @@ Ships workspace NAME to the host's remote tier (the "remote" section of
 HOME/wsfs.json: an S3-compatible bucket) until SIGINT/SIGTERM, then ships a
 last time and exits 0. It reads what is durable on local disk — the log,
 checkpoints and pool objects — so it runs beside the workspace's daemon or
-without one, and needs no hook in it.
+without one, and needs no hook in it: a daemon only signals each commit on
+STATE/workspaces/NAME/ship.wake so that a round starts at once (without
+it, the shipper looks every --interval).
 
 Order per round: the pool objects the new groups reference (HEAD, then PUT
 if absent; keyed by hash, shared by every workspace and host), the log
@@ -145,5 +147,5 @@ func runShip(ctx context.Context, g *globals, args []string) error {
 		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
 	}
 	lg.Info("ship: shipping", "workspace", name, "remote", st.String())
-	return sh.Run(ctx, ship.RunOptions{Interval: *interval, WriteStatus: true})
+	return sh.Run(ctx, ship.RunOptions{Interval: *interval, WriteStatus: true, Wake: true})
 }
