@@ -67,14 +67,8 @@ func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, 
 		if hc, err := remote.ReadConfig(h); err == nil {
 			cfg.CredentialsFile, cfg.Profile, cfg.LeaseTTLSeconds = hc.CredentialsFile, hc.Profile, hc.LeaseTTLSeconds
 		}
-	} else {
-		cfg, err = remote.ReadConfig(h)
-		if err != nil {
-			return cfg, nil, err
-		}
-		if !cfg.Enabled() {
-			return cfg, nil, preconditionError{fmt.Errorf("host %s has no remote tier: add a \"remote\" section to %s/%s (see README, \"Remote tier\")", h.Home(), h.Home(), host.ConfigFile)}
-		}
+	} else if cfg, err = remoteConfig(h); err != nil {
+		return cfg, nil, err
 	}
 	st, err := remote.OpenS3(ctx, cfg)
 	if err != nil {
@@ -86,6 +80,19 @@ func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, 
 		return cfg, nil, err
 	}
 	return cfg, st, nil
+}
+
+// remoteConfig returns the host's remote tier configuration, or a
+// precondition error when the host has none.
+func remoteConfig(h *host.Host) (remote.Config, error) {
+	cfg, err := remote.ReadConfig(h)
+	if err != nil {
+		return cfg, err
+	}
+	if !cfg.Enabled() {
+		return cfg, preconditionError{fmt.Errorf("host %s has no remote tier: add a \"remote\" section to %s/%s (see README, \"Remote tier\")", h.Home(), h.Home(), host.ConfigFile)}
+	}
+	return cfg, nil
 }
 
 func shipOptions(h *host.Host, name string, cfg remote.Config, st remote.Store, lg *slog.Logger) (ship.Options, error) {

@@ -267,18 +267,35 @@ func Barrier(ctx context.Context, opts Options) (uint64, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}
-	target, err := LocalLast(opts.FS, opts.Dir)
+	return barrier(ctx, opts.FS, opts.Dir, opts.Name, func() (Options, error) { return opts, nil })
+}
+
+// BarrierOpen is Barrier (on vfs.Default) for a caller that has not
+// opened the remote and the pool: open makes the Options only if no
+// shipper runs and Barrier ships by itself. Watching a running shipper
+// needs neither, so `wsfs sync` then skips their cost.
+func BarrierOpen(ctx context.Context, dir, name string, open func() (Options, error)) (uint64, error) {
+	return barrier(ctx, vfs.Default, dir, name, open)
+}
+
+func barrier(ctx context.Context, fsys vfs.FS, dir, name string, open func() (Options, error)) (uint64, error) {
+	target, err := LocalLast(fsys, dir)
 	if err != nil {
 		return 0, err
 	}
-	lk, err := Lock(opts.FS, opts.Dir)
+	lk, err := Lock(fsys, dir)
 	if err == nil {
 		defer lk.Close()
+		opts, err := open()
+		if err != nil {
+			return 0, err
+		}
 		return New(opts).ShipThrough(ctx, target)
 	}
 	if !errors.Is(err, vfs.ErrLocked) {
 		return 0, err
 	}
+	opts := Options{Dir: dir, Name: name}
 	// The running shipper signals this socket after each status change
 	// (wake.go); without one (it cannot be bound) the poll is all.
 	poll := 250 * time.Millisecond
