@@ -200,7 +200,8 @@ func TestRemoteFsync(t *testing.T) {
 // TestRemoteFsyncCost measures fsync latency (p50/p99) of small files on
 // a mount with --remote-fsync against one without (both with a shipper to
 // the same versitygw on 127.0.0.1) and against the native filesystem, in
-// the same run and interleaved. Set WSFS_REMOTE_FSYNC_BENCH to the number
+// the same run and interleaved, and the latency of `wsfs sync` after each
+// local fsync. Set WSFS_REMOTE_FSYNC_BENCH to the number
 // of fsyncs per variant (docs/benchmarks.md, "Remote fsync").
 func TestRemoteFsyncCost(t *testing.T) {
 	n := 0
@@ -235,12 +236,23 @@ func TestRemoteFsyncCost(t *testing.T) {
 			writeSynced(t, filepath.Join(dirs[v], fmt.Sprintf("f%05d", i)), data)
 			lat[v] = append(lat[v], time.Since(start))
 		}
+		// `wsfs sync` (a remote barrier: a process of its own, waiting on
+		// the running shipper) after the local variant's fsync.
+		start := time.Now()
+		wsfsCommand(t, "sync", "--home", home, "cost-local")
+		lat["sync"] = append(lat["sync"], time.Since(start))
+		// Again, with nothing left to wait for: the command's own cost.
+		start = time.Now()
+		wsfsCommand(t, "sync", "--home", home, "cost-local")
+		lat["sync0"] = append(lat["sync0"], time.Since(start))
 	}
 	pct := func(d []time.Duration, p int) time.Duration {
 		s := slices.Clone(d)
 		slices.Sort(s)
 		return s[min(len(s)-1, len(s)*p/100)]
 	}
+	t.Logf("%-6s wsfs sync after a local fsync:        p50 %v p99 %v (n=%d)", "sync", pct(lat["sync"], 50).Round(10*time.Microsecond), pct(lat["sync"], 99).Round(10*time.Microsecond), n)
+	t.Logf("%-6s wsfs sync with nothing to wait for:   p50 %v p99 %v (n=%d)", "sync0", pct(lat["sync0"], 50).Round(10*time.Microsecond), pct(lat["sync0"], 99).Round(10*time.Microsecond), n)
 	for _, v := range []string{"native", "local", "remote"} {
 		t.Logf("%-6s create+write 4 KiB+fsync+close: p50 %v p99 %v (n=%d)", v, pct(lat[v], 50).Round(10*time.Microsecond), pct(lat[v], 99).Round(10*time.Microsecond), n)
 	}

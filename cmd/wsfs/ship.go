@@ -28,7 +28,9 @@ Ships workspace NAME to the host's remote tier (the "remote" section of
 HOME/wsfs.json: an S3-compatible bucket) until SIGINT/SIGTERM, then ships a
 last time and exits 0. It reads what is durable on local disk — the log,
 checkpoints and pool objects — so it runs beside the workspace's daemon or
-without one, and needs no hook in it.
+without one, and needs no hook in it: a daemon only signals each commit on
+STATE/workspaces/NAME/ship.wake so that a round starts at once (without
+it, the shipper looks every --interval).
 
 Order per round: the pool objects the new groups reference (HEAD, then PUT
 if absent; keyed by hash, shared by every workspace and host), the log
@@ -65,14 +67,8 @@ func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, 
 		if hc, err := remote.ReadConfig(h); err == nil {
 			cfg.CredentialsFile, cfg.Profile, cfg.LeaseTTLSeconds = hc.CredentialsFile, hc.Profile, hc.LeaseTTLSeconds
 		}
-	} else {
-		cfg, err = remote.ReadConfig(h)
-		if err != nil {
-			return cfg, nil, err
-		}
-		if !cfg.Enabled() {
-			return cfg, nil, preconditionError{fmt.Errorf("host %s has no remote tier: add a \"remote\" section to %s/%s (see README, \"Remote tier\")", h.Home(), h.Home(), host.ConfigFile)}
-		}
+	} else if cfg, err = remoteConfig(h); err != nil {
+		return cfg, nil, err
 	}
 	st, err := remote.OpenS3(ctx, cfg)
 	if err != nil {
@@ -84,6 +80,19 @@ func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, 
 		return cfg, nil, err
 	}
 	return cfg, st, nil
+}
+
+// remoteConfig returns the host's remote tier configuration, or a
+// precondition error when the host has none.
+func remoteConfig(h *host.Host) (remote.Config, error) {
+	cfg, err := remote.ReadConfig(h)
+	if err != nil {
+		return cfg, err
+	}
+	if !cfg.Enabled() {
+		return cfg, preconditionError{fmt.Errorf("host %s has no remote tier: add a \"remote\" section to %s/%s (see README, \"Remote tier\")", h.Home(), h.Home(), host.ConfigFile)}
+	}
+	return cfg, nil
 }
 
 func shipOptions(h *host.Host, name string, cfg remote.Config, st remote.Store, lg *slog.Logger) (ship.Options, error) {
@@ -149,5 +158,5 @@ func runShip(ctx context.Context, g *globals, args []string) error {
 		lg.Info("metrics", "addr", "http://"+ms.Addr()+"/metrics")
 	}
 	lg.Info("ship: shipping", "workspace", name, "remote", st.String())
-	return sh.Run(ctx, ship.RunOptions{Interval: *interval, WriteStatus: true})
+	return sh.Run(ctx, ship.RunOptions{Interval: *interval, WriteStatus: true, Wake: true})
 }

@@ -49,15 +49,18 @@ func syncWorkspace(ctx context.Context, g *globals, name string, timeout time.Du
 	if err != nil {
 		return 0, err
 	}
+	if _, err := remoteConfig(h); err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cfg, st, err := openRemote(ctx, h, "")
-	if err != nil {
-		return 0, err
-	}
-	opts, err := shipOptions(h, name, cfg, st, slog.New(slog.NewTextHandler(g.stderr, nil)))
-	if err != nil {
-		return 0, err
-	}
-	return ship.Barrier(ctx, opts)
+	// The remote and the pool are opened only if no shipper runs (sync
+	// then ships by itself); waiting on a running one needs neither.
+	return ship.BarrierOpen(ctx, h.WorkspaceDir(name), name, func() (ship.Options, error) {
+		cfg, st, err := openRemote(ctx, h, "")
+		if err != nil {
+			return ship.Options{}, err
+		}
+		return shipOptions(h, name, cfg, st, slog.New(slog.NewTextHandler(g.stderr, nil)))
+	})
 }

@@ -27,6 +27,7 @@ import (
 	"wsfs/internal/host"
 	"wsfs/internal/metrics"
 	"wsfs/internal/pool"
+	"wsfs/internal/ship"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -112,13 +113,32 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if m != nil {
 		wsOpts.Observer = m
 	}
-	if r := cfg.Remote; r != nil && r.SyncFsync {
-		dir := h.WorkspaceDir(name)
-		wsOpts.AfterFsync = func(g uint64) error { return r.waitShipped(dir, g) }
+	// fsyncWake is set once the workspace lock is held (below), before
+	// anything is mounted: no fsync can run earlier.
+	var fsyncWake *ship.WakeListener
+	if r := cfg.Remote; r != nil {
+		// Each durable group wakes the shipper (ship/wake.go); with no
+		// shipper listening this is one failed sendto.
+		shipWake := filepath.Join(h.WorkspaceDir(name), ship.ShipWakeName)
+		wsOpts.AfterCommit = func(uint64) { ship.Wake(shipWake) }
+		if r.SyncFsync {
+			dir := h.WorkspaceDir(name)
+			wsOpts.AfterFsync = func(g uint64) error { return r.waitShipped(dir, g, fsyncWake) }
+		}
 	}
 	ws, err := workspace.Open(wsOpts)
 	if err != nil {
 		return &OpenError{err}
+	}
+	if r := cfg.Remote; r != nil && r.SyncFsync {
+		// The workspace lock is held: a socket there is a dead daemon's.
+		l, err := ship.ListenWake(filepath.Join(h.WorkspaceDir(name), ship.FsyncWakeName))
+		if err != nil {
+			lg.Warn("remote fsync: no wakeups from the shipper; polling its status only", "err", err)
+		} else {
+			fsyncWake = l
+			defer l.Close()
+		}
 	}
 	var leaseLost <-chan error
 	if r := cfg.Remote; r != nil {

@@ -142,15 +142,21 @@ func (r *Remote) keepLease(ctx context.Context, ws *workspace.Workspace, name st
 // waitShipped is the AfterFsync hook of SyncFsync: it returns once the
 // shipper's status in dir says group g (or later) is in the remote; an
 // error if a shipper round fails after the wait began, or none gets there
-// within the timeout.
-func (r *Remote) waitShipped(dir string, g uint64) error {
+// within the timeout. The shipper signals wake after each status change
+// (ship/wake.go); the status is also polled, so a lost signal (or a nil
+// wake) only delays the answer.
+func (r *Remote) waitShipped(dir string, g uint64, wake *ship.WakeListener) error {
 	start := time.Now()
 	timeout := r.SyncTimeout
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
-	wait := 500 * time.Microsecond
+	wait, maxWait := 500*time.Microsecond, 5*time.Millisecond
+	if wake != nil {
+		wait, maxWait = 5*time.Millisecond, 50*time.Millisecond
+	}
 	for {
+		woken := wake.Armed() // before the read: see ship/wake.go
 		st, err := ship.ReadStatus(dir)
 		if err == nil && st.Shipped >= g {
 			return nil
@@ -165,7 +171,12 @@ func (r *Remote) waitShipped(dir string, g uint64) error {
 			}
 			return fmt.Errorf("remote fsync: group %d not in the remote after %v: %s", g, timeout, why)
 		}
-		time.Sleep(wait)
-		wait = min(wait*2, 5*time.Millisecond)
+		t := time.NewTimer(wait)
+		select {
+		case <-woken:
+		case <-t.C:
+			wait = min(wait*2, maxWait)
+		}
+		t.Stop()
 	}
 }

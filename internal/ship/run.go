@@ -68,6 +68,12 @@ type RunOptions struct {
 	FinalTimeout time.Duration
 	// WriteStatus: write Dir/ship.json.
 	WriteStatus bool
+	// Wake: listen on Dir/ship.wake, where the daemon signals each group
+	// commit, and start a round at once on a signal (Interval stays the
+	// fallback); after each status write that follows a change (a group
+	// shipped, a round failed), signal the waiters of ship.json (the
+	// daemon's fsync.wake, Barrier's sockets). See wake.go.
+	Wake bool
 }
 
 // Run ships continuously until ctx is done, then ships once more (bounded
@@ -84,14 +90,28 @@ func (s *Shipper) Run(ctx context.Context, ro RunOptions) error {
 	if ro.FinalTimeout <= 0 {
 		ro.FinalTimeout = 20 * time.Second
 	}
+	var wake *WakeListener
+	if ro.Wake {
+		l, err := ListenWake(filepath.Join(s.opts.Dir, ShipWakeName))
+		if err != nil {
+			s.lg.Warn("ship: no wakeups from the daemon; polling only", "err", err)
+		} else {
+			wake = l
+			defer wake.Close()
+		}
+	}
 	wait := ro.Interval
 	lastErr := ""
 	var lastStatus time.Time
 	var lastShipped uint64
 	for {
+		// Armed before the round reads the log: a commit after that read
+		// wakes the next round at once.
+		woken := wake.Armed()
 		shipped, err := s.Round(ctx)
 		if s.failed != nil {
 			s.writeStatus(ro)
+			s.wakeWaiters(ro)
 			return s.failed
 		}
 		if err != nil && ctx.Err() == nil {
@@ -111,20 +131,41 @@ func (s *Shipper) Run(ctx context.Context, ro RunOptions) error {
 		if ro.WriteStatus && (time.Since(lastStatus) >= time.Second/4 || shipped != lastShipped || err != nil) {
 			s.writeStatus(ro)
 			lastStatus = time.Now()
+			if shipped != lastShipped || err != nil {
+				s.wakeWaiters(ro)
+			}
 		}
 		lastShipped = shipped
+		if err != nil {
+			woken = nil // backing off: a commit does not shorten the wait
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			fctx, cancel := context.WithTimeout(context.Background(), ro.FinalTimeout)
 			g, err := s.Round(fctx)
 			cancel()
 			s.writeStatus(ro)
+			s.wakeWaiters(ro)
 			if err != nil {
 				return fmt.Errorf("ship %s: final round (shipped through group %d): %w", s.opts.Name, g, err)
 			}
 			return nil
-		case <-time.After(wait):
+		case <-woken:
+			timer.Stop()
+		case <-timer.C:
 		}
+	}
+}
+
+// wakeWaiters signals the waiters of ship.json after a status write.
+func (s *Shipper) wakeWaiters(ro RunOptions) {
+	if !ro.Wake || !ro.WriteStatus {
+		return
+	}
+	if err := wakeWaiters(s.opts.Dir); err != nil {
+		s.lg.Debug("ship: wake the status's waiters", "err", err)
 	}
 }
 
@@ -226,32 +267,64 @@ func Barrier(ctx context.Context, opts Options) (uint64, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}
-	target, err := LocalLast(opts.FS, opts.Dir)
+	return barrier(ctx, opts.FS, opts.Dir, opts.Name, func() (Options, error) { return opts, nil })
+}
+
+// BarrierOpen is Barrier (on vfs.Default) for a caller that has not
+// opened the remote and the pool: open makes the Options only if no
+// shipper runs and Barrier ships by itself. Watching a running shipper
+// needs neither, so `wsfs sync` then skips their cost.
+func BarrierOpen(ctx context.Context, dir, name string, open func() (Options, error)) (uint64, error) {
+	return barrier(ctx, vfs.Default, dir, name, open)
+}
+
+func barrier(ctx context.Context, fsys vfs.FS, dir, name string, open func() (Options, error)) (uint64, error) {
+	target, err := LocalLast(fsys, dir)
 	if err != nil {
 		return 0, err
 	}
-	lk, err := Lock(opts.FS, opts.Dir)
+	lk, err := Lock(fsys, dir)
 	if err == nil {
 		defer lk.Close()
+		opts, err := open()
+		if err != nil {
+			return 0, err
+		}
 		return New(opts).ShipThrough(ctx, target)
 	}
 	if !errors.Is(err, vfs.ErrLocked) {
 		return 0, err
 	}
+	opts := Options{Dir: dir, Name: name}
+	// The running shipper signals this socket after each status change
+	// (wake.go); without one (it cannot be bound) the poll is all.
+	poll := 250 * time.Millisecond
+	wake, werr := listenBarrier(opts.Dir)
+	if werr != nil {
+		poll = 20 * time.Millisecond
+	}
+	defer wake.Close()
 	var st Status
 	for {
+		woken := wake.Armed() // before the read: see wake.go
 		st, err = ReadStatus(opts.Dir)
 		if err == nil && st.Shipped >= target {
 			return st.Shipped, nil
 		}
+		t := time.NewTimer(poll)
 		select {
+		case <-woken:
+			t.Stop()
+			continue
+		case <-t.C:
+			continue
 		case <-ctx.Done():
 			why := st.LastError
 			if err != nil {
 				why = err.Error()
 			}
+			t.Stop()
 			return st.Shipped, fmt.Errorf("ship %s: the running shipper has shipped group %d, want %d: %v (its last error: %s)", opts.Name, st.Shipped, target, ctx.Err(), why)
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

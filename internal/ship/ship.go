@@ -8,7 +8,10 @@
 // (seglog.Tail: complete groups only, tolerating appends, rollover and the
 // deletion of segments after a checkpoint), the checkpoint files and the
 // pool objects — so it runs as its own process (`wsfs ship NAME`) or
-// goroutine, next to a running daemon or with none.
+// goroutine, next to a running daemon or with none. A daemon signals each
+// group commit on the shipper's wake socket, and the shipper signals the
+// waiters of its status after each change (wake.go); the signals only
+// shorten waits, every side also polls.
 //
 // A group read from the active segment may not be durable yet (the daemon
 // appends, then syncs). After reading, the shipper fdatasyncs the segment

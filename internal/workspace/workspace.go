@@ -201,6 +201,10 @@ type Options struct {
 	// An error fails that fsync with EIO; the workspace goes on. The
 	// daemon's remote fsync waits there for the remote tier.
 	AfterFsync func(group uint64) error
+	// AfterCommit, if set, is called on the committer's flusher after
+	// each group is durable, before its waiters are released; it must not
+	// block (the daemon signals the shipper's wake socket there).
+	AfterCommit func(group uint64)
 }
 
 // Stats describe the workspace for `wsfs status` and metrics.
@@ -536,6 +540,9 @@ func (w *Workspace) now() int64 { return w.clock.Now().UnixNano() }
 // covered segments are deleted here (the log is single-goroutine and the
 // flusher is its goroutine).
 func (w *Workspace) onCommit(group uint64, recs []commit.Record) {
+	if w.opts.AfterCommit != nil {
+		w.opts.AfterCommit(group)
+	}
 	w.reapCheckpoint(false)
 	w.shadowMu.Lock()
 	defer w.shadowMu.Unlock()
