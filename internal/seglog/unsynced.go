@@ -273,4 +273,3 @@ func SyncUnsyncedBase(fsys vfs.FS, dir string) error {
 	}
 	return b.Wait()
 }
-

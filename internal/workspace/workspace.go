@@ -239,7 +239,7 @@ type Workspace struct {
 	// (nil: the checkpoint is durable). Invariant (seglog/unsynced.go):
 	// nothing is acknowledged before base.Wait returned nil: the log's
 	// Sync, barrier, Sync and Close wait for it first.
-	base *seglog.BaseSync
+	base  *seglog.BaseSync
 	tree  *namespace.Tree
 	bytes byteCounters
 	shift uint8 // log2(opts.ChunkSize): new chunked contents use it
