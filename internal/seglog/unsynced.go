@@ -157,6 +157,10 @@ func checkUnsynced(fsys vfs.FS, dir string, newest uint64, have bool, damage err
 			return nil
 		}
 		e.Reason = "does not verify (" + damage.Error() + ")"
+		var ce *CorruptError
+		if errors.As(damage, &ce) {
+			e.Reason = fmt.Sprintf("does not verify (offset %d: %s)", ce.Offset, ce.Reason)
+		}
 	}
 	if b, err := vfs.ReadFile(fsys, filepath.Join(dir, UnsyncedName(m))); err == nil {
 		e.Origin = strings.TrimSpace(string(b))
