@@ -186,7 +186,7 @@ func tornPulledBase(t *testing.T) string {
 		t.Fatal(err)
 	}
 	for name, data := range map[string]string{
-		seglog.UnsyncedName(7): "s3://bucket/p?endpoint=http://127.0.0.1:9\n",
+		seglog.UnsyncedName(7):      "s3://bucket/p?endpoint=http://127.0.0.1:9\n",
 		"00000000000000000007.ckpt": "",
 	} {
 		if err := os.WriteFile(filepath.Join(ck, name), []byte(data), 0o600); err != nil {
