@@ -95,6 +95,17 @@ func TestLazyPull(t *testing.T) {
 			t.Fatalf("%s's object is local right after the pull", name)
 		}
 	}
+	// The pulled checkpoint is not synced yet: its private marker says so
+	// until the daemon has synced it (before any fsync returns).
+	markers := func() []string {
+		m, _ := filepath.Glob(filepath.Join(hB.WorkspaceDir("ws"), "checkpoint", "*.unsynced"))
+		return m
+	}
+	if m := markers(); len(m) != 1 {
+		t.Errorf("pull left %d .unsynced markers, want 1: %v", len(m), m)
+	} else if fi, err := os.Stat(m[0]); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("marker %s: %v, %v; want mode 0600", m[0], fi, err)
+	}
 
 	// Corrupt s00's object in the bucket (through the S3 API: any engine).
 	orig, err := st.Get(ctx, key("s00"))
@@ -183,6 +194,9 @@ func TestLazyPull(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+	if m := markers(); len(m) != 0 {
+		t.Errorf("an fsync returned, yet the pulled checkpoint's marker is still there: %v", m)
+	}
 	copy(want["big2"][off:], patch)
 	if got, err := os.ReadFile(filepath.Join(mntB, "big2")); err != nil || !bytes.Equal(got, want["big2"]) {
 		t.Fatalf("big2 after a partial overwrite: %d bytes, %v", len(got), err)

@@ -12,6 +12,7 @@ import (
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
+	"wsfs/internal/seglog"
 )
 
 // TestExitCodes pins the exit code and the gist of the message of each
@@ -67,6 +68,12 @@ func TestExitCodes(t *testing.T) {
 			}
 			return runProc(t, nil, "mount", "--home", home, "ws", unmountedDir(t))
 		}, exitPrecondition, []string{"served by another wsfs daemon", "held by pid"}},
+		{"pulled checkpoint torn by a crash before its sync", func(t *testing.T) (int, string) {
+			return runProc(t, nil, "mount", "--home", tornPulledBase(t), "ws", unmountedDir(t))
+		}, exitCorrupt, []string{"not corruption", "`wsfs rm ws`, then `wsfs pull ws --from s3://bucket/p?endpoint=http://127.0.0.1:9`"}},
+		{"fsck of a pulled checkpoint torn by a crash", func(t *testing.T) (int, string) {
+			return runProc(t, nil, "fsck", "--home", tornPulledBase(t), "ws")
+		}, exitCorrupt, []string{"torn-pulled-base", "wsfs rm ws, then wsfs pull ws --from s3://bucket/p?endpoint=http://127.0.0.1:9"}},
 		{"non-root mount", func(t *testing.T) (int, string) {
 			base := publicDir(t)
 			if err := os.Chown(base, int(nobody.Uid), int(nobody.Gid)); err != nil {
@@ -166,4 +173,25 @@ func startSidecar(t *testing.T, home, status string) *daemonProc {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// tornPulledBase returns a host whose workspace ws looks as a crash
+// leaves a pull whose checkpoint was never synced: the checkpoint is empty
+// and its durable .unsynced marker names the remote.
+func tornPulledBase(t *testing.T) string {
+	t.Helper()
+	home := newHost(t)
+	ck := filepath.Join(home, "state", "workspaces", "ws", "checkpoint")
+	if err := os.MkdirAll(ck, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{
+		seglog.UnsyncedName(7):      "s3://bucket/p?endpoint=http://127.0.0.1:9\n",
+		"00000000000000000007.ckpt": "",
+	} {
+		if err := os.WriteFile(filepath.Join(ck, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return home
 }

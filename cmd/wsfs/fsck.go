@@ -263,7 +263,9 @@ func printReport(w io.Writer, name string, rep *workspace.Report, served bool) {
 			}
 			fmt.Fprintf(w, "  affected files: %s%s\n", strings.Join(list, " "), more)
 		}
-		fmt.Fprintf(w, "  to do: %s\n", strings.ReplaceAll(p.Do, "wsfs fsck --repair", "wsfs fsck --repair "+name))
+		do := strings.ReplaceAll(p.Do, "wsfs fsck --repair", "wsfs fsck --repair "+name)
+		do = strings.NewReplacer("wsfs rm NAME", "wsfs rm "+name, "wsfs pull NAME", "wsfs pull "+name).Replace(do)
+		fmt.Fprintf(w, "  to do: %s\n", do)
 	}
 }
 

@@ -196,7 +196,13 @@ func (e *reworded) Unwrap() error { return e.err }
 func classifyOpenError(name string, err error) error {
 	var ce *seglog.CorruptError
 	var co *pool.CorruptObjectError
+	var ue *seglog.UnsyncedBaseError
 	switch {
+	case errors.As(err, &ue):
+		// A pulled checkpoint a crash tore before it was synced: not
+		// damage to repair, but a pull to redo (the message says so).
+		msg := strings.ReplaceAll(ue.Error(), "NAME", name)
+		return corruptError{&reworded{msg: "workspace " + name + ": " + msg, err: err}}
 	case errors.As(err, &co):
 		return corruptError{fmt.Errorf("workspace %s: %w", name, err)}
 	case errors.Is(err, vfs.ErrLocked):

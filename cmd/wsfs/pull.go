@@ -27,7 +27,11 @@ const pullAbout = `
 Restores workspace NAME from the remote tier on this host (after the loss
 of its host, or to move it here): reads the workspace's head, checkpoint and
 log from the bucket (each verified) and registers the workspace, which
-then mounts at once: file contents stay in the bucket and the daemon
+then mounts at once (the tree's checkpoint is written but not synced,
+beside a marker checkpoint/GROUP.unsynced: the mount syncs it in the
+background and no fsync returns before; after a crash before that, the
+workspace refuses to open, exit 4, until it is removed and pulled again):
+file contents stay in the bucket and the daemon
 fetches each pool object into the local pool on its first read (verified
 by hash: a corrupt or missing remote object makes that read fail with
 EIO and an ERROR line naming the object, never wrong bytes), while a

@@ -174,10 +174,17 @@ func WriteCheckpoint(fsys vfs.FS, dir string, group uint64, payload []byte) erro
 // checkpoint survives only while the log still covers it; Log.Replay
 // refuses with a *CorruptError if it does not. If no checkpoint verifies,
 // the newest one's *CorruptError is returned.
+//
+// A pulled base checkpoint that a crash left missing or damaged before it
+// was synced (its .unsynced marker is there, see unsynced.go) is an
+// *UnsyncedBaseError instead: no fallback, no repair.
 func ReadLatestCheckpoint(fsys vfs.FS, dir string) (uint64, []byte, error) {
 	gs, err := listCheckpoints(fsys, dir)
 	if err != nil {
 		return 0, nil, err
+	}
+	if len(gs) == 0 {
+		return 0, nil, checkUnsynced(fsys, dir, 0, false, nil)
 	}
 	var newestErr error
 	for i := len(gs) - 1; i >= 0; i-- {
@@ -191,6 +198,9 @@ func ReadLatestCheckpoint(fsys vfs.FS, dir string) (uint64, []byte, error) {
 			return gs[i], p, nil
 		}
 		if newestErr == nil {
+			if uerr := checkUnsynced(fsys, dir, gs[i], true, err); uerr != nil {
+				return 0, nil, uerr
+			}
 			newestErr = err
 		}
 	}

@@ -28,6 +28,11 @@ type Options struct {
 	// Logger receives torn-tail repairs (Warn) and rollovers (Debug).
 	// nil discards.
 	Logger *slog.Logger
+	// Base, if not nil, is the background sync of the unsynced base
+	// checkpoint this log continues (see unsynced.go): Sync waits for it
+	// before anything else, so that no group is acknowledged before the
+	// base is durable, and fails the log for good with its error.
+	Base *BaseSync
 }
 
 // segInfo describes one segment file of the log.
@@ -612,6 +617,11 @@ func (l *Log) Sync() error {
 	if err := l.usable(); err != nil {
 		return err
 	}
+	// Before the dirty check: a rollover may have synced the groups
+	// already, and they still must not be acknowledged before the base.
+	if err := l.opts.Base.Wait(); err != nil {
+		return l.fail(err)
+	}
 	if !l.dirty {
 		return nil
 	}
@@ -726,4 +736,24 @@ func (l *Log) Close() error {
 		return fmt.Errorf("seglog: close %s: %w", l.segs[len(l.segs)-1].path, err)
 	}
 	return nil
+}
+
+// CreateAfter creates the first segment of a new, empty log in dir that
+// continues after group (a checkpoint of group holds everything before
+// it): segment 2 whose first group is group+1 (segment 1 must start at
+// group 1), or segment 1 for group 0. The segment and its directory
+// entry are synced.
+func CreateAfter(fsys vfs.FS, dir string, group uint64) error {
+	seq := uint64(2)
+	if group == 0 {
+		seq = 1
+	}
+	if err := vfs.MkdirAllDurable(fsys, dir, vfs.PrivateDir); err != nil {
+		return err
+	}
+	seg := EncodeSegment(seq, group+1, nil)
+	return vfs.Publish(fsys, filepath.Join(dir, segName(seq)), true, func(f vfs.File) error {
+		_, err := f.Write(seg)
+		return err
+	})
 }

@@ -64,8 +64,8 @@ type PullResult struct {
 	AsOf        uint64 // the group whose state was restored (Group, unless At chose an older one)
 	AsOfTime    time.Time
 	// TreeTime is the time to read the head, checkpoint and batches and
-	// rebuild the tree; WriteTime to write the workspace directory
-	// (checkpoint and log, synced).
+	// rebuild the tree; WriteTime to write the workspace directory (the
+	// log synced, the checkpoint not: its first opener syncs it).
 	TreeTime, WriteTime time.Duration
 }
 
@@ -227,20 +227,17 @@ func writeWorkspace(opts PullOptions, tree *namespace.Tree, at uint64, extra fun
 	if err := opts.FS.MkdirAll(filepath.Join(tmp, "log"), vfs.PrivateDir); err != nil {
 		return err
 	}
-	if err := seglog.WriteCheckpoint(opts.FS, filepath.Join(tmp, "checkpoint"), at, tree.EncodeCheckpoint()); err != nil {
+	// The checkpoint is not synced here (see seglog.WriteUnsyncedCheckpoint):
+	// the workspace's first opener syncs it, and nothing is acknowledged
+	// before. Its marker names where to pull from again after a crash.
+	origin := opts.RemoteURL
+	if origin == "" {
+		origin = opts.Store.String()
+	}
+	if err := seglog.WriteUnsyncedCheckpoint(opts.FS, filepath.Join(tmp, "checkpoint"), at, tree.EncodeCheckpoint(), origin); err != nil {
 		return err
 	}
-	// The log continues after the checkpoint: segment 2 (segment 1 must
-	// start at group 1) with no group yet, first group at+1.
-	seq := uint64(2)
-	if at == 0 {
-		seq = 1
-	}
-	seg := seglog.EncodeSegment(seq, at+1, nil)
-	if err := vfs.Publish(opts.FS, filepath.Join(tmp, "log", seglog.SegmentName(seq)), true, func(f vfs.File) error {
-		_, err := f.Write(seg)
-		return err
-	}); err != nil {
+	if err := seglog.CreateAfter(opts.FS, filepath.Join(tmp, "log"), at); err != nil {
 		return err
 	}
 	if extra != nil {

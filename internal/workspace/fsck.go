@@ -37,11 +37,18 @@ const (
 	ProblemObjectCorrupt ProblemKind = "object-corrupt" // a referenced pool object does not hash to its name
 	ProblemTornTail      ProblemKind = "torn-tail"      // an incomplete last group; the next mount drops it
 	ProblemTemp          ProblemKind = "temp"           // a leftover temp file in the workspace directory
+	// A pulled checkpoint not yet synced (seglog/unsynced.go): the next
+	// open syncs it; a report, not damage.
+	ProblemUnsyncedBase ProblemKind = "unsynced-base"
+	// A pulled checkpoint a crash left missing or torn before it was
+	// synced: nothing acknowledged was lost, the workspace must be pulled
+	// again (never "repaired").
+	ProblemTornBase ProblemKind = "torn-pulled-base"
 )
 
 // Corrupt reports whether k is damage to data (as opposed to a report).
 func (k ProblemKind) Corrupt() bool {
-	return k != ProblemTornTail && k != ProblemTemp
+	return k != ProblemTornTail && k != ProblemTemp && k != ProblemUnsyncedBase
 }
 
 // Problem is one thing Check found, with where it is, what it affects and
@@ -154,6 +161,28 @@ func check(opts CheckOptions) (*Report, error) {
 	rep := &Report{Dir: opts.Dir}
 	add := func(p Problem) { rep.Problems = append(rep.Problems, p) }
 	ckDir, logDir := filepath.Join(opts.Dir, "checkpoint"), filepath.Join(opts.Dir, "log")
+
+	// A pulled base checkpoint not yet synced: a report if it verifies,
+	// the one problem there is if a crash tore it.
+	if g, ok, err := seglog.UnsyncedBase(opts.FS, ckDir); err != nil {
+		return nil, err
+	} else if ok {
+		_, _, err := seglog.ReadLatestCheckpoint(opts.FS, ckDir)
+		var ue *seglog.UnsyncedBaseError
+		switch {
+		case errors.As(err, &ue):
+			add(Problem{Kind: ProblemTornBase, Where: ue.Checkpoint,
+				What: fmt.Sprintf("the pulled checkpoint of group %d %s: the host stopped before it was synced (its marker %s is still there); this is not corruption",
+					ue.Group, ue.Reason, seglog.UnsyncedName(ue.Group)),
+				Do: fmt.Sprintf("nothing acknowledged was lost and the remote still holds the workspace: wsfs rm NAME, then wsfs pull NAME --from %s (fsck --repair will not touch it)", ue.Origin)})
+			return rep, nil
+		case err != nil:
+			return nil, err
+		}
+		add(Problem{Kind: ProblemUnsyncedBase, Where: filepath.Join(ckDir, seglog.UnsyncedName(g)), Repairable: true, path: ckDir,
+			What: fmt.Sprintf("the checkpoint of group %d was pulled and is not yet known durable (a mount syncs it before it acknowledges anything)", g),
+			Do:   "nothing: the next mount syncs it (wsfs fsck --repair syncs it now)"})
+	}
 
 	// Checkpoints: recovery uses the newest one that verifies.
 	cks, err := seglog.ListCheckpoints(opts.FS, ckDir)
@@ -474,7 +503,8 @@ func compactStrings(s []string) []string {
 //
 //   - damage in the log: the log is cut at the damage (seglog.Log.Cut);
 //   - a damaged checkpoint, when recovery does not need it: removed;
-//   - temps: removed.
+//   - temps: removed;
+//   - a pulled checkpoint not yet synced: synced (its marker removed).
 //
 // Missing or corrupt objects are left as they are: the mount works and
 // reading the affected files gives EIO (the report names them); the
@@ -522,6 +552,11 @@ func Repair(opts CheckOptions, rep *Report, saveDir string) ([]string, error) {
 				return did, err
 			}
 			did = append(did, fmt.Sprintf("removed the damaged checkpoint %s (copy saved as %s)", p.path, saved))
+		case p.Kind == ProblemUnsyncedBase:
+			if err := seglog.SyncUnsyncedBase(opts.FS, p.path); err != nil {
+				return did, err
+			}
+			did = append(did, "synced the pulled checkpoint and removed its marker "+p.Where)
 		case p.Kind == ProblemTemp:
 			if err := opts.FS.Remove(p.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return did, fmt.Errorf("workspace: remove temp %s: %w", p.path, err)

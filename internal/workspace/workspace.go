@@ -239,6 +239,11 @@ type Workspace struct {
 	lock  io.Closer
 	log   *seglog.Log
 	com   *commit.Committer
+	// base is the background sync of a pulled, unsynced base checkpoint
+	// (nil: the checkpoint is durable). Invariant (seglog/unsynced.go):
+	// nothing is acknowledged before base.Wait returned nil: the log's
+	// Sync, barrier, Sync and Close wait for it first.
+	base  *seglog.BaseSync
 	tree  *namespace.Tree
 	bytes byteCounters
 	shift uint8 // log2(opts.ChunkSize): new chunked contents use it
@@ -400,6 +405,7 @@ func Open(opts Options) (*Workspace, error) {
 		if w.log != nil {
 			w.log.Close()
 		}
+		_ = w.base.Wait() // not past the lock
 		lk.Close()
 		return nil, err
 	}
@@ -473,6 +479,11 @@ func (w *Workspace) recover() (fresh bool, err error) {
 			return false, fmt.Errorf("workspace %s: checkpoint of group %d: %w", dir, ckGroup, err)
 		}
 		w.ckptGrp.Store(ckGroup)
+		// A pulled checkpoint not yet synced: sync it now, in the
+		// background, so that reads need not wait for it.
+		if w.base, err = seglog.StartBaseSync(w.fs, w.ckptDir(), w.lg); err != nil {
+			return false, fmt.Errorf("workspace %s: %w", dir, err)
+		}
 	} else {
 		// The root of a new workspace belongs to the daemon's user; the
 		// first record (recordRoot) says so durably, with its times.
@@ -480,7 +491,7 @@ func (w *Workspace) recover() (fresh bool, err error) {
 		w.tree = namespace.New(0o755, uid, gid, 0)
 		w.shadow = namespace.New(0o755, uid, gid, 0)
 	}
-	w.log, err = seglog.Open(w.fs, filepath.Join(dir, "log"), seglog.Options{SegmentSize: w.opts.SegmentSize, Logger: w.lg})
+	w.log, err = seglog.Open(w.fs, filepath.Join(dir, "log"), seglog.Options{SegmentSize: w.opts.SegmentSize, Logger: w.lg, Base: w.base})
 	if err != nil {
 		return false, fmt.Errorf("workspace %s: open log: %w", dir, err)
 	}
@@ -722,6 +733,11 @@ func (w *Workspace) Close() error {
 	}
 	// The flusher has exited: finish its checkpoint, if one is in flight.
 	w.reapCheckpoint(true)
+	// Nothing committed, yet a clean close still says the pulled base is
+	// durable (and must not leave its sync running past the lock).
+	if err := w.base.Wait(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := w.log.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -765,6 +781,9 @@ func (w *Workspace) Sync() error {
 	if err := w.usable(); err != nil {
 		return wsErr("sync", 0, "", err)
 	}
+	if err := w.base.Wait(); err != nil {
+		return wsErr("sync", 0, "", err)
+	}
 	return wsErr("sync", 0, "", w.com.Barrier(context.Background()))
 }
 
@@ -791,6 +810,11 @@ func (w *Workspace) Fsync(ino Ino) error {
 
 func (w *Workspace) barrier() error {
 	if err := w.usable(); err != nil {
+		return err
+	}
+	// Also when nothing is pending: an fsync of a file no one changed
+	// since the pull vouches for the pulled base.
+	if err := w.base.Wait(); err != nil {
 		return err
 	}
 	if err := w.com.Barrier(context.Background()); err != nil {
