@@ -89,6 +89,13 @@ func decodeCheckpoint(path string, group uint64, b []byte) ([]byte, error) {
 // listCheckpoints returns the group numbers of the checkpoints in dir,
 // ascending. A missing dir holds none.
 func listCheckpoints(fsys vfs.FS, dir string) ([]uint64, error) {
+	return listGroups(fsys, dir, parseCkptName)
+}
+
+// listGroups returns the group numbers of the names in dir that parse
+// accepts, ascending (List is sorted and the names are fixed-width). A
+// missing dir holds none.
+func listGroups(fsys vfs.FS, dir string, parse func(string) (uint64, bool)) ([]uint64, error) {
 	names, err := fsys.List(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -98,8 +105,8 @@ func listCheckpoints(fsys vfs.FS, dir string) ([]uint64, error) {
 	}
 	var gs []uint64
 	for _, n := range names {
-		if g, ok := parseCkptName(n); ok {
-			gs = append(gs, g) // List is sorted and names are fixed-width
+		if g, ok := parse(n); ok {
+			gs = append(gs, g)
 		}
 	}
 	return gs, nil

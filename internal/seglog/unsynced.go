@@ -121,20 +121,7 @@ func (e *UnsyncedBaseError) Error() string {
 
 // unsyncedMarkers returns the groups of the markers in dir, ascending.
 func unsyncedMarkers(fsys vfs.FS, dir string) ([]uint64, error) {
-	names, err := fsys.List(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("seglog: list checkpoints: %w", err)
-	}
-	var gs []uint64
-	for _, n := range names {
-		if g, ok := parseUnsyncedName(n); ok {
-			gs = append(gs, g)
-		}
-	}
-	return gs, nil
+	return listGroups(fsys, dir, parseUnsyncedName)
 }
 
 // checkUnsynced returns an *UnsyncedBaseError if the newest marker in dir
