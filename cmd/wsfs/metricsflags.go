@@ -6,10 +6,18 @@ import (
 	"wsfs/internal/metrics"
 )
 
-// checkMetricsFile refuses --metrics-file without --metrics (usage error).
+// checkMetricsFile refuses, as usage errors before anything starts,
+// --metrics-file without --metrics and a file that may not receive the
+// address (metrics.CheckAddrFile: a missing directory, or an existing file
+// that is not an address file).
 func checkMetricsFile(addr, file string) error {
 	if file != "" && addr == "" {
 		return usageError{"--metrics-file needs --metrics ADDR (it receives the address --metrics bound)"}
+	}
+	if file != "" {
+		if err := metrics.CheckAddrFile(file); err != nil {
+			return usageError{"--metrics-file: " + err.Error()}
+		}
 	}
 	return nil
 }

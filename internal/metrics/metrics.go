@@ -11,8 +11,12 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -210,7 +214,11 @@ type Server struct {
 	srv      *http.Server
 	addr     string
 	done     chan error
-	addrFile string // see PublishAddr
+	addrFile string      // see PublishAddr
+	addrInfo os.FileInfo // the file PublishAddr wrote, for Close's SameFile check
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Serve listens on addr (host:port; port 0 picks one) and serves the
@@ -234,15 +242,47 @@ func (s *Server) Addr() string { return s.addr }
 // newline) to path, atomically and private (0600), so that a supervisor that
 // started this process with --metrics=127.0.0.1:0 finds the port picked.
 // Close removes the file: it exists only while the endpoint may serve. The
-// file is advisory and not synced.
+// file is advisory and not synced. It refuses (CheckAddrFile) to replace a
+// file that is not an address file: a mistyped path must not destroy one.
 func (s *Server) PublishAddr(path string) error {
+	if err := CheckAddrFile(path); err != nil {
+		return err
+	}
 	if err := vfs.Publish(vfs.Default, path, false, func(f vfs.File) error {
 		_, err := f.Write([]byte(s.addr + "\n"))
 		return err
 	}); err != nil {
 		return fmt.Errorf("metrics address file: %w", err)
 	}
-	s.addrFile = path
+	fi, err := vfs.Default.Stat(path)
+	if err != nil {
+		return fmt.Errorf("metrics address file: %w", err)
+	}
+	s.addrFile, s.addrInfo = path, fi
+	return nil
+}
+
+// CheckAddrFile reports whether path may receive an address file: its
+// directory exists, and path is missing or holds an address file (left by
+// an earlier process: ReadAddrFile accepts it). Anything else, a config
+// file or a directory given by mistake, is refused with an error naming it.
+func CheckAddrFile(path string) error {
+	if fi, err := vfs.Default.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("metrics address file %s: its directory %s does not exist", path, filepath.Dir(path))
+	}
+	fi, err := vfs.Default.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("metrics address file %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > 512 {
+		return fmt.Errorf("metrics address file %s exists and is not an address file; refusing to replace it (choose another path)", path)
+	}
+	if _, err := ReadAddrFile(path); err != nil {
+		return fmt.Errorf("metrics address file %s exists and does not hold an address; refusing to replace it (choose another path)", path)
+	}
 	return nil
 }
 
@@ -255,16 +295,27 @@ func ReadAddrFile(path string) (string, error) {
 		return "", err
 	}
 	addr := strings.TrimSpace(string(data))
-	if _, _, err := net.SplitHostPort(addr); err != nil {
+	// The listener's own address: always a numeric IP and port.
+	if _, err := netip.ParseAddrPort(addr); err != nil {
 		return "", fmt.Errorf("metrics address file %s: %w", path, err)
 	}
 	return addr, nil
 }
 
 // Close stops the endpoint and removes its address file (PublishAddr).
+// Later calls return the first call's result.
 func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Server) close() error {
+	// Remove the address file only while it is still the one PublishAddr
+	// wrote: another process may have replaced it since.
 	if s.addrFile != "" {
-		vfs.Default.Remove(s.addrFile)
+		if fi, err := vfs.Default.Stat(s.addrFile); err == nil && os.SameFile(fi, s.addrInfo) {
+			vfs.Default.Remove(s.addrFile)
+		}
 	}
 	err := s.srv.Close()
 	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {

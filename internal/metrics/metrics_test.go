@@ -102,6 +102,51 @@ func TestPublishAddr(t *testing.T) {
 	}
 }
 
+// TestPublishAddrRefusesOtherFiles: a mistyped --metrics-file must not
+// destroy the file it names, and Close must not remove a file another
+// process put at the path since.
+func TestPublishAddrRefusesOtherFiles(t *testing.T) {
+	s, err := New("ws1").Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir := t.TempDir()
+	precious := filepath.Join(dir, "wsfs.json")
+	if err := os.WriteFile(precious, []byte(`{"state": "x"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{precious, dir, filepath.Join(dir, "missing", "x")} {
+		if err := s.PublishAddr(path); err == nil {
+			t.Errorf("PublishAddr(%s) succeeded; want a refusal", path)
+		}
+	}
+	if b, err := os.ReadFile(precious); err != nil || string(b) != `{"state": "x"}` {
+		t.Fatalf("the refused file changed: %q, %v", b, err)
+	}
+	// A stale address file (a dead process's) is replaced.
+	path := filepath.Join(dir, "ws1.daemon.metrics")
+	if err := os.WriteFile(path, []byte("127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PublishAddr(path); err != nil {
+		t.Fatalf("a stale address file: %v", err)
+	}
+	// Another process replaces it: Close leaves the new one.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("127.0.0.1:2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadAddrFile(path); err != nil || got != "127.0.0.1:2" {
+		t.Fatalf("after Close, the other process's file: %q, %v", got, err)
+	}
+}
+
 func TestWatchAgent(t *testing.T) {
 	m := New("ws1")
 	at := time.Unix(1700000000, 0)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"wsfs/internal/vfs"
 )
 
 // Wake sockets: event-driven wakeups between the daemon, the shipper and
@@ -84,7 +86,7 @@ func ListenWake(path string) (*WakeListener, error) {
 		if fi.Mode().Type() != fs.ModeSocket {
 			return nil, fmt.Errorf("wake socket %s: a file that is not a socket is in the way; remove it", path)
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("wake socket %s: remove the stale socket: %w", path, err)
 		}
 	}
@@ -98,6 +100,10 @@ func ListenWake(path string) (*WakeListener, error) {
 		return nil, fmt.Errorf("wake socket %s: %w", path, err)
 	}
 	l := &WakeListener{conn: conn, path: path, dirf: dirf, ch: make(chan struct{})}
+	// The socket is bound with the umask's mode and narrowed here; in the
+	// window between, only the workspace directory's own mode (0700,
+	// vfs.PrivateDir, for every workspace, pulled ones included) keeps
+	// other users from connecting.
 	if err := os.Chmod(path, 0o600); err == nil {
 		l.fi, err = os.Lstat(path)
 	}
@@ -156,7 +162,7 @@ func (l *WakeListener) Close() error {
 	}
 	err := l.conn.Close()
 	if fi, e := os.Lstat(l.path); e == nil && l.fi != nil && os.SameFile(fi, l.fi) {
-		os.Remove(l.path)
+		vfs.Default.Remove(l.path)
 	}
 	closeFile(l.dirf)
 	return err
@@ -200,19 +206,35 @@ func send(path string) (dead bool, err error) {
 }
 
 // wakeWaiters wakes the daemon's remote fsyncs and every Barrier waiting
-// in workspace dir. A Barrier's socket without a listener (its process
-// died) is removed: its name is unique to that process.
+// in workspace dir, and removes the sockets of Barriers that died
+// (sweepBarriers).
 func wakeWaiters(dir string) error {
 	err := Wake(filepath.Join(dir, FsyncWakeName))
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		n := e.Name()
-		if !strings.HasPrefix(n, syncWakePrefix) || !strings.HasSuffix(n, wakeSuffix) || e.Type() != fs.ModeSocket {
+	if e := sweepBarriers(dir); err == nil {
+		err = e
+	}
+	return err
+}
+
+// sweepBarriers sends a wakeup to every Barrier socket in workspace dir (a
+// send is the only way to tell a live listener from a dead one, and a
+// spurious wakeup costs a waiter one re-read) and removes the sockets
+// nobody listens on: their names are unique to a process that died (a
+// SIGKILLed wsfs sync), so no live waiter can lose its socket.
+func sweepBarriers(dir string) error {
+	names, _ := vfs.Default.List(dir)
+	var err error
+	for _, n := range names {
+		if !strings.HasPrefix(n, syncWakePrefix) || !strings.HasSuffix(n, wakeSuffix) {
 			continue
 		}
-		dead, e := send(filepath.Join(dir, n))
+		p := filepath.Join(dir, n)
+		if fi, e := os.Lstat(p); e != nil || fi.Mode().Type() != fs.ModeSocket {
+			continue
+		}
+		dead, e := send(p)
 		if dead {
-			os.Remove(filepath.Join(dir, n))
+			vfs.Default.Remove(p)
 		}
 		if err == nil {
 			err = e
@@ -222,7 +244,11 @@ func wakeWaiters(dir string) error {
 }
 
 // listenBarrier binds a Barrier's own wake socket in workspace dir.
+//
+// It first sweeps the sockets of dead Barriers (sweepBarriers), so that
+// they do not pile up while no shipper runs to sweep them.
 func listenBarrier(dir string) (*WakeListener, error) {
+	_ = sweepBarriers(dir)
 	name := syncWakePrefix + strconv.Itoa(os.Getpid()) + "-" + rand.Text()[:10] + wakeSuffix
 	return ListenWake(filepath.Join(dir, name))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -287,5 +288,34 @@ func TestBarrierWakes(t *testing.T) {
 		if ents, _ := filepath.Glob(filepath.Join(e.dir(), "*"+wakeSuffix)); len(ents) != 0 {
 			t.Fatalf("sockets left after Barrier: %v", ents)
 		}
+	}
+}
+
+// TestBarrierSweepsDeadSockets: the socket of a wsfs sync that was
+// SIGKILLed (bound, never removed) is removed when the next Barrier
+// listens, even with no shipper running to sweep it; a live one stays.
+func TestBarrierSweepsDeadSockets(t *testing.T) {
+	dir := t.TempDir()
+	dead := filepath.Join(dir, syncWakePrefix+"1-dead"+wakeSuffix)
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: dead, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // a unixgram socket file outlives its closed listener
+	live, err := listenBarrier(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if _, err := os.Lstat(dead); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("dead Barrier socket still there: %v", err)
+	}
+	l2, err := listenBarrier(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if _, err := os.Lstat(live.path); err != nil {
+		t.Fatalf("a live Barrier socket was swept: %v", err)
 	}
 }
