@@ -70,10 +70,10 @@ func TestExitCodes(t *testing.T) {
 		}, exitPrecondition, []string{"served by another wsfs daemon", "held by pid"}},
 		{"pulled checkpoint torn by a crash before its sync", func(t *testing.T) (int, string) {
 			return runProc(t, nil, "mount", "--home", tornPulledBase(t), "ws", unmountedDir(t))
-		}, exitCorrupt, []string{"not corruption", "`wsfs rm ws`, then `wsfs pull ws --from s3://bucket/p?endpoint=http://127.0.0.1:9`"}},
+		}, exitCorrupt, []string{"not corruption", "`wsfs rm ws`, then `wsfs pull ws --from 's3://bucket/p?endpoint=http://127.0.0.1:9'`"}},
 		{"fsck of a pulled checkpoint torn by a crash", func(t *testing.T) (int, string) {
 			return runProc(t, nil, "fsck", "--home", tornPulledBase(t), "ws")
-		}, exitCorrupt, []string{"torn-pulled-base", "wsfs rm ws, then wsfs pull ws --from s3://bucket/p?endpoint=http://127.0.0.1:9"}},
+		}, exitCorrupt, []string{"torn-pulled-base", "wsfs rm ws, then wsfs pull ws --from 's3://bucket/p?endpoint=http://127.0.0.1:9'"}},
 		{"non-root mount", func(t *testing.T) (int, string) {
 			base := publicDir(t)
 			if err := os.Chown(base, int(nobody.Uid), int(nobody.Gid)); err != nil {

@@ -109,10 +109,11 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Debug logs every FUSE request (very verbose).
 	Debug bool
-	// SpareProcs, if positive, sets the process's GOMAXPROCS, once the
+	// SpareProcs, if positive, raises the process's GOMAXPROCS, once the
 	// server exists, to BlockedReaders() + SpareProcs: Ps that stay
 	// free while every go-fuse reader is blocked in read(2) of
-	// /dev/fuse. It is process-wide: for a daemon that serves one mount
+	// /dev/fuse. It never lowers GOMAXPROCS (a large host already has
+	// more Ps than go-fuse has readers). It is process-wide: for a daemon that serves one mount
 	// (see BlockedReaders for why it pays).
 	SpareProcs int
 }
@@ -250,8 +251,8 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 		Logger:               log.New(slogWriter{opts.Logger}, "", 0),
 	}
 	srv, err := fuse.NewServer(r, mp, mo)
-	if err == nil && opts.SpareProcs > 0 {
-		runtime.GOMAXPROCS(BlockedReaders() + opts.SpareProcs)
+	if n := BlockedReaders() + opts.SpareProcs; err == nil && opts.SpareProcs > 0 && n > runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
 	}
 	if err != nil {
 		if !root {

@@ -108,11 +108,18 @@ type UnsyncedBaseError struct {
 	Reason     string // what is wrong with it
 }
 
-func (e *UnsyncedBaseError) Error() string {
-	from := "REMOTE"
-	if e.Origin != "" {
-		from = e.Origin
+// PullFrom is the --from argument that pulls the workspace again: the
+// recorded origin quoted for a POSIX shell (an s3:// URL holds '&' and
+// '?'), or REMOTE when none was recorded.
+func (e *UnsyncedBaseError) PullFrom() string {
+	if e.Origin == "" {
+		return "REMOTE"
 	}
+	return "'" + strings.ReplaceAll(e.Origin, "'", `'\''`) + "'"
+}
+
+func (e *UnsyncedBaseError) Error() string {
+	from := e.PullFrom()
 	return fmt.Sprintf("seglog: the pulled checkpoint %s (group %d) %s: the host stopped before it was synced (its marker %s is still there). "+
 		"This is not corruption: nothing was acknowledged before that sync, and the remote still holds the workspace. "+
 		"Remove the local copy and pull it again: `wsfs rm NAME`, then `wsfs pull NAME --from %s`",

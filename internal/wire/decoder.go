@@ -139,9 +139,11 @@ func (d *Decoder) ID(what string) (id objid.ID) {
 
 // Count reads an element count and checks that the bytes left can hold
 // that many elements of at least minSize bytes each, so a caller can
-// allocate count elements without trusting the input. It reports false
+// allocate count elements without trusting the input (a minSize below 1
+// counts as 1). It reports false
 // (with Err set) when they cannot, or after an earlier failure.
 func (d *Decoder) Count(what string, minSize int) (uint64, bool) {
+	minSize = max(minSize, 1)
 	n := d.Uvarint(what)
 	if d.Err != nil {
 		return 0, false

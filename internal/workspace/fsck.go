@@ -174,7 +174,7 @@ func check(opts CheckOptions) (*Report, error) {
 			add(Problem{Kind: ProblemTornBase, Where: ue.Checkpoint,
 				What: fmt.Sprintf("the pulled checkpoint of group %d %s: the host stopped before it was synced (its marker %s is still there); this is not corruption",
 					ue.Group, ue.Reason, seglog.UnsyncedName(ue.Group)),
-				Do: fmt.Sprintf("nothing acknowledged was lost and the remote still holds the workspace: wsfs rm NAME, then wsfs pull NAME --from %s (fsck --repair will not touch it)", ue.Origin)})
+				Do: fmt.Sprintf("nothing acknowledged was lost and the remote still holds the workspace: wsfs rm NAME, then wsfs pull NAME --from %s (fsck --repair will not touch it)", ue.PullFrom())})
 			return rep, nil
 		case err != nil:
 			return nil, err

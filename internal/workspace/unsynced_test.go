@@ -137,7 +137,7 @@ func TestPulledBaseNoAckBeforeSync(t *testing.T) {
 			if p.acked {
 				t.Fatalf("crash after %s: acknowledged, yet the base is torn: %v", p.desc, err)
 			}
-			if msg := ue.Error(); !strings.Contains(msg, "wsfs rm NAME") || !strings.Contains(msg, "wsfs pull NAME --from "+pulledOrigin) {
+			if msg := ue.Error(); !strings.Contains(msg, "wsfs rm NAME") || !strings.Contains(msg, "wsfs pull NAME --from '"+pulledOrigin+"'") {
 				t.Fatalf("crash after %s: the error does not name wsfs rm and wsfs pull --from: %v", p.desc, err)
 			}
 			torn++
