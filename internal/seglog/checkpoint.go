@@ -112,6 +112,25 @@ func listGroups(fsys vfs.FS, dir string, parse func(string) (uint64, bool)) ([]u
 	return gs, nil
 }
 
+// publishCheckpoint publishes payload as the checkpoint file of group in
+// dir (temp file and rename, vfs.Publish), in one write of header and
+// payload; sync says whether its data and entry are synced.
+func publishCheckpoint(fsys vfs.FS, dir string, group uint64, payload []byte, sync bool) error {
+	err := vfs.Publish(fsys, filepath.Join(dir, ckptName(group)), sync, func(f vfs.File) error {
+		b := make([]byte, 0, ckptHeaderLen+len(payload))
+		b = append(append(b, encodeCkptHeader(group, payload)...), payload...)
+		n, err := f.Write(b)
+		if err == nil && n != len(b) {
+			err = io.ErrShortWrite
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("seglog: write checkpoint for group %d: %w", group, err)
+	}
+	return nil
+}
+
 // WriteCheckpoint durably publishes payload as the checkpoint for group in
 // dir (created if missing): vfs.Publish with sync, so the file's data and
 // its directory entry are durable when it returns. It then reads the file
@@ -129,18 +148,8 @@ func WriteCheckpoint(fsys vfs.FS, dir string, group uint64, payload []byte) erro
 		return err
 	}
 	final := filepath.Join(dir, ckptName(group))
-	err := vfs.Publish(fsys, final, true, func(f vfs.File) error {
-		// One write: header and payload together.
-		b := make([]byte, 0, ckptHeaderLen+len(payload))
-		b = append(append(b, encodeCkptHeader(group, payload)...), payload...)
-		n, err := f.Write(b)
-		if err == nil && n != len(b) {
-			err = io.ErrShortWrite
-		}
+	if err := publishCheckpoint(fsys, dir, group, payload, true); err != nil {
 		return err
-	})
-	if err != nil {
-		return fmt.Errorf("seglog: write checkpoint for group %d: %w", group, err)
 	}
 	b, err := vfs.ReadFile(fsys, final)
 	if err != nil {

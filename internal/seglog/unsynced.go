@@ -82,16 +82,8 @@ func WriteUnsyncedCheckpoint(fsys vfs.FS, dir string, group uint64, payload []by
 	}); err != nil {
 		return fmt.Errorf("seglog: write the unsynced-checkpoint marker of group %d: %w", group, err)
 	}
-	if err := vfs.Publish(fsys, filepath.Join(dir, ckptName(group)), false, func(f vfs.File) error {
-		b := make([]byte, 0, ckptHeaderLen+len(payload))
-		b = append(append(b, encodeCkptHeader(group, payload)...), payload...)
-		n, err := f.Write(b)
-		if err == nil && n != len(b) {
-			err = io.ErrShortWrite
-		}
+	if err := publishCheckpoint(fsys, dir, group, payload, false); err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("seglog: write checkpoint for group %d: %w", group, err)
 	}
 	return vfs.SyncDir(fsys, dir)
 }
