@@ -38,13 +38,8 @@ func (r *rawFS) status(op string, err error) fuse.Status {
 		bare, _ = e.Err.(syscall.Errno)
 	}
 	switch bare {
-	case 0:
-	case syscall.ENOSPC, syscall.EDQUOT:
-		r.log.Error("out of space", "op", op, "err", err)
-		return fuse.Status(bare)
-	case syscall.EIO:
-		r.log.Error("I/O error returned to the caller", "op", op, "err", err)
-		return fuse.EIO
+	case 0, syscall.ENOSPC, syscall.EDQUOT, syscall.EIO:
+		// Not bare, or one that is logged: classified below.
 	default:
 		return fuse.Status(bare)
 	}
