@@ -52,7 +52,11 @@ type rawFS struct {
 
 	nextFh atomic.Uint64
 	files  sync.Map // fh -> *openFile
-	dirs   sync.Map // fh -> *openDir
+
+	// listings serves READDIR by offset (listing.go); noOpenDir is set by
+	// Init when the kernel opens directories without OPENDIR.
+	listings  *listings
+	noOpenDir atomic.Bool
 
 	// passthroughOff is set when the kernel refused a backing file once:
 	// not root, or the mount did not negotiate CAP_PASSTHROUGH.
@@ -72,6 +76,7 @@ func newRawFS(ws *workspace.Workspace, opts Options) *rawFS {
 		r.ops[i] = opts.Metrics.Op(opNames[i])
 	}
 	r.ioMu.inodes = make(map[workspace.Ino]*inodeIO)
+	r.listings = newListings()
 	r.ioMu.released = make(chan struct{})
 	if !opts.Passthrough || opts.Writeback {
 		r.passthroughOff.Store(true)
@@ -89,6 +94,7 @@ func (r *rawFS) Init(s *fuse.Server) {
 		r.log.Info("kernel does not offer FUSE passthrough; reads go through the daemon")
 		r.passthroughOff.Store(true)
 	}
+	r.noOpenDir.Store(k.Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0)
 }
 
 // Operation indexes for metrics.
@@ -546,92 +552,38 @@ func (r *rawFS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) (st fuse
 
 // --- directories ---
 
-// openDir is an open directory handle: a snapshot of the entries taken at
-// OPENDIR (and again at a rewind), so that offsets stay valid while the
-// directory changes. Offsets are index+1 in ".", "..", then the entries in
-// the engine's (sorted) order.
-type openDir struct {
-	ino workspace.Ino
-	mu  struct {
-		sync.Mutex
-		entries []workspace.DirEntry // nil: take a new snapshot at the next read
-		served  bool                 // entries were returned from this handle
-	}
-}
-
-// OpenDir opens a directory with the kernel's directory cache kept
-// (FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE): the kernel keeps the entries it read
-// through any handle in the directory's page cache and serves later
-// listings from it without READDIR. That is safe for the same reason as the
-// long entry timeouts: every change to the tree passes through this kernel,
-// which drops the cached listing itself when the directory changes (its
-// version is bumped by every create, link, unlink, rmdir and rename in it).
-// Whatever changes a directory behind the kernel's back must invalidate the
-// directory's inode (its page cache holds the listing).
+// OpenDir is never answered with a handle when the kernel can do without
+// (FUSE_NO_OPENDIR_SUPPORT): ENOSYS tells it to open every directory of the
+// mount without a message, keeping the listings it reads in its cache
+// (listing.go). Where the kernel lacks that, OPENDIR answers with no handle
+// and the same cache flags, so READDIR works the same way either way.
 //
-// The handle's snapshot is still taken here, not at the first READDIR: a
-// listing the kernel started from its cache continues through this handle
-// at the offset it reached when the directory changes meanwhile, and the
-// cache was filled from the same directory state as this snapshot (the
-// cache would otherwise have been dropped), so the offsets agree.
-func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) (st fuse.Status) {
+// Caching listings (FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE) is safe for the
+// same reason as the long entry timeouts: every change to the tree passes
+// through this kernel, which drops the cached listing itself when the
+// directory changes (its version is bumped by every create, link, unlink,
+// rmdir and rename in it). Whatever changes a directory behind the
+// kernel's back must invalidate the directory's inode (its page cache
+// holds the listing).
+func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	st := fuse.OK // ENOSYS below is the intended answer, not a failure
 	defer r.done(opOpenDir, time.Now(), &st)
-	ino := workspace.Ino(in.NodeId)
-	ents, err := r.ws.ReadDir(ino)
-	if err != nil {
-		return r.status("opendir", err)
+	if r.noOpenDir.Load() {
+		return fuse.ENOSYS
 	}
-	d := &openDir{ino: ino}
-	d.mu.entries = withDots(ino, ents)
-	fh := r.nextFh.Add(1)
-	r.dirs.Store(fh, d)
-	out.Fh = fh
 	out.OpenFlags |= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	return fuse.OK
 }
 
-func withDots(ino workspace.Ino, ents []workspace.DirEntry) []workspace.DirEntry {
-	all := make([]workspace.DirEntry, 0, len(ents)+2)
-	// ".." carries the directory's own inode number: the adapter does not
-	// know the parent, and the kernel never uses d_ino of "..".
-	all = append(all, workspace.DirEntry{Name: ".", Ino: ino, Mode: syscall.S_IFDIR},
-		workspace.DirEntry{Name: "..", Ino: ino, Mode: syscall.S_IFDIR})
-	return append(all, ents...)
-}
-
-// snapshot returns the entries to serve from offset off, taking a new
-// snapshot if there is none. d.mu must be held.
-func (r *rawFS) snapshot(d *openDir, off uint64) ([]workspace.DirEntry, error) {
-	if d.mu.entries == nil {
-		ents, err := r.ws.ReadDir(d.ino)
-		if err != nil {
-			return nil, err
-		}
-		d.mu.entries = withDots(d.ino, ents)
-	}
-	if off >= uint64(len(d.mu.entries)) {
-		return nil, nil
-	}
-	return d.mu.entries[off:], nil
-}
-
 func (r *rawFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) error {
-	v, ok := r.dirs.Load(in.Fh)
-	if !ok {
-		return syscall.EBADF
-	}
-	d := v.(*openDir)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if in.Offset == 0 && d.mu.served {
-		d.mu.entries = nil // rewinddir
-	}
-	ents, err := r.snapshot(d, in.Offset)
+	dir := workspace.Ino(in.NodeId)
+	ls, idx, err := r.listings.at(dir, in.Offset, func() ([]workspace.DirEntry, error) { return r.ws.ReadDir(dir) })
 	if err != nil {
 		return err
 	}
-	for i, e := range ents {
-		de := fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: e.Mode, Off: in.Offset + uint64(i) + 1}
+	for i := idx; i < len(ls.entries); i++ {
+		e := ls.entries[i]
+		de := fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: e.Mode, Off: dirOffset(ls.num, i)}
 		if !plus {
 			if !out.AddDirEntry(de) {
 				break
@@ -648,7 +600,7 @@ func (r *rawFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) erro
 		// Each entry with a node id counts as a lookup, so look it up
 		// (the engine counts it). If the name changed since the snapshot,
 		// send no attributes (node id 0) rather than a mismatched entry.
-		a, err := r.ws.Lookup(d.ino, e.Name)
+		a, err := r.ws.Lookup(dir, e.Name)
 		if err != nil {
 			continue
 		}
@@ -658,7 +610,6 @@ func (r *rawFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) erro
 		}
 		r.fillEntry(&a, eo)
 	}
-	d.mu.served = true
 	return nil
 }
 
@@ -672,10 +623,11 @@ func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.D
 	return r.status("readdirplus", r.readDir(in, out, true))
 }
 
+// ReleaseDir has nothing to release: directories have no handles. It
+// comes only from a kernel without FUSE_NO_OPENDIR_SUPPORT.
 func (r *rawFS) ReleaseDir(in *fuse.ReleaseIn) {
 	st := fuse.OK
 	defer r.done(opReleaseDir, time.Now(), &st)
-	r.dirs.Delete(in.Fh)
 }
 
 // FsyncDir is the same barrier as Fsync: every operation completed before

@@ -33,10 +33,11 @@
 //     (see inodeIO).
 //   - MaxWrite 1 MiB, MaxBackground 64, concurrent dispatch (never
 //     SingleThreaded), no splice (replies are copied from memory).
-//   - directory listings cached by the kernel (FOPEN_CACHE_DIR, fs.go
-//     OpenDir): a directory listed again costs OPENDIR and RELEASEDIR,
-//     no READDIRPLUS; symlink targets cached too (one READLINK per
-//     symlink).
+//   - directories opened without a message (FUSE_NO_OPENDIR_SUPPORT: OPENDIR
+//     answers ENOSYS, fs.go OpenDir) and their listings cached by the
+//     kernel: a directory listed again costs no request at all; READDIR
+//     offsets name a snapshot of the directory (listing.go). Symlink
+//     targets are cached too (one READLINK per symlink).
 //   - no lock capabilities: flock and fcntl locks stay in the kernel
 //     (TestLocks).
 //   - Each write(2) also costs one GETXATTR "security.capability" round
