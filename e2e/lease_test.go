@@ -258,3 +258,72 @@ func TestRemoteFsyncCost(t *testing.T) {
 	}
 	t.Logf("remote/local p50 ratio %.1f, p99 ratio %.1f", float64(pct(lat["remote"], 50))/float64(pct(lat["local"], 50)), float64(pct(lat["remote"], 99))/float64(pct(lat["local"], 99)))
 }
+
+// TestDaemonStartRemoteDown: a daemon that crashes while the remote is
+// unreachable starts again without it while the lease this host took is
+// unexpired by its own record (lease.held), serving what it had; with no
+// record, an unreadable one (as is one naming another host) or an expired
+// one, the start is refused (exit 1) saying why and what to do.
+func TestDaemonStartRemoteDown(t *testing.T) {
+	requireMount(t)
+	srv := s3test.Start(t)
+	cfg := srv.Config("down")
+	cfg.LeaseTTLSeconds = 600 // the restart below must fall inside it, however loaded the machine
+	home := filepath.Join(t.TempDir(), "home")
+	wsfsCommand(t, "init", "--home", home)
+	setRemote(t, home, cfg)
+	const wsName = "down-ws"
+	wsfsCommand(t, "create", "--home", home, wsName)
+	daemon, _, mnt, done := startDaemon(t, home, wsName)
+	writeSynced(t, filepath.Join(mnt, "f"), []byte("before the outage"))
+	hst, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := filepath.Join(hst.WorkspaceDir(wsName), "lease.held")
+	if fi, err := os.Stat(held); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("lease record after the start: %v %v; want a 0600 file", fi, err)
+	}
+	srv.Stop()
+	daemon.Process.Kill()
+	select {
+	case <-done:
+	case <-time.After(killTimeout):
+		t.Fatal("daemon not reaped")
+	}
+	lazyUnmount(t, mnt)
+
+	_, out, mnt2, _ := startDaemon(t, home, wsName)
+	if b, err := os.ReadFile(filepath.Join(mnt2, "f")); err != nil || string(b) != "before the outage" {
+		t.Fatalf("restarted without the remote: read %q, %v\n%s", b, err, out)
+	}
+	writeSynced(t, filepath.Join(mnt2, "g"), []byte("during the outage"))
+	if !out.contains("serving from local disk") {
+		t.Fatalf("restart without the remote says nothing of it:\n%s", out)
+	}
+	lazyUnmount(t, mnt2)
+
+	hostID, err := os.ReadFile(filepath.Join(home, "host-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, record, want string
+	}{
+		{"expired", `{"workspace":"` + wsName + `","holder":"` + strings.TrimSpace(string(hostID)) + `","expires":"2020-01-01T00:00:00Z"}`, "expired"},
+		{"unreadable", "{", "refusing to start"},
+		{"absent", "", "refusing to start"},
+	} {
+		if tc.record == "" {
+			os.Remove(held)
+		} else if err := os.WriteFile(held, []byte(tc.record), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		code, out := mountRefused(t, home, wsName)
+		t.Logf("refused with the record %s in %v", tc.name, time.Since(start).Round(time.Millisecond))
+		if code != 1 || !strings.Contains(out, tc.want) || !strings.Contains(out, "once the remote can be reached") {
+			t.Fatalf("start with the remote down and the record %s: exit %d\n%s\nwant exit 1 saying %q", tc.name, code, out, tc.want)
+		}
+	}
+}

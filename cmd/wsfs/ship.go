@@ -55,6 +55,9 @@ config's credentials_file); they are never logged.`
 
 // openRemote returns the host's remote store, or a precondition error when
 // the host has none.
+//
+// A failed check returns the opened store with the error; every caller
+// but the daemon's start treats it as a failure.
 func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, *remote.S3, error) {
 	var cfg remote.Config
 	var err error
@@ -77,7 +80,7 @@ func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, 
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := st.Check(cctx); err != nil {
-		return cfg, nil, err
+		return cfg, st, err // the store, for callers that tolerate a remote that is down
 	}
 	return cfg, st, nil
 }

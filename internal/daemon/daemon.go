@@ -144,12 +144,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if r := cfg.Remote; r != nil {
 		// The local lock is held (Open): no other daemon of this host
 		// serves the workspace; the lease says no other host does.
-		if err := r.acquire(ctx, h.WorkspaceDir(name), name); err != nil {
+		if err := r.acquire(ctx, h.WorkspaceDir(name), name, lg); err != nil {
 			return errors.Join(err, ws.Close())
 		}
 		lctx, stopLease := context.WithCancel(ctx)
 		defer stopLease()
-		leaseLost = r.keepLease(lctx, ws, name, lg)
+		leaseLost = r.keepLease(lctx, ws, h.WorkspaceDir(name), name, lg)
 	}
 	// From here on every return closes the workspace (committing what is
 	// pending) and reports a failure to do so with the error that ended

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,8 +25,16 @@ import (
 // start (a *RefusedError naming the holder and the lease's age; exit 3);
 // Steal takes over one that has expired. A remote that cannot be reached
 // also refuses the start: without reading the lease the daemon cannot
-// know that no other host serves the workspace. A workspace pushed from
-// this host (ship.PushedName) is refused too: it belongs to the remote now.
+// know that no other host serves the workspace, with one exception: a
+// host that still holds an unexpired lease by its own record
+// (HeldLeaseName, written after every acquisition and renewal that got
+// through) starts without the remote and renews in the background, as a
+// daemon that was already serving would have kept serving. No other host
+// can have taken the lease before that expiry (a steal needs an expired
+// lease), so the restart adds no risk that the running daemon did not
+// already carry; it is what lets a supervisor restart a crashed daemon
+// during an outage of the remote. A workspace pushed from this host
+// (ship.PushedName) is refused in every case: it belongs to the remote now.
 //
 // While serving, the daemon renews the lease every TTL/3 (as the shipper
 // does; both are the same holder). A renewal that finds the lease held by
@@ -61,6 +70,55 @@ type Remote struct {
 	// SyncTimeout (default 60s), fails the fsync with EIO.
 	SyncFsync   bool
 	SyncTimeout time.Duration
+
+	now func() time.Time // time.Now; tests set it
+}
+
+// HeldLeaseName is the daemon's own record, in the workspace directory, of
+// the lease it last took or renewed: the holder and the expiry, computed
+// from the moment before the request that got through. It is a hint that
+// may only be stale in the safe direction: lost or unreadable, the start
+// without a remote is refused as before.
+const HeldLeaseName = "lease.held"
+
+type heldLease struct {
+	Workspace string    `json:"workspace"`
+	Holder    string    `json:"holder"`
+	Expires   time.Time `json:"expires"`
+}
+
+func (r *Remote) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// recordHeld writes HeldLeaseName after a lease request that got through
+// at sent. A failure to write it only logs: the record is a hint.
+func (r *Remote) recordHeld(dir, name string, sent time.Time, lg *slog.Logger) {
+	b, _ := json.Marshal(heldLease{Workspace: name, Holder: r.HostID, Expires: sent.Add(r.ttl()).UTC()})
+	if err := vfs.Publish(vfs.Default, filepath.Join(dir, HeldLeaseName), false, func(f vfs.File) error {
+		_, err := f.Write(append(b, '\n'))
+		return err
+	}); err != nil {
+		lg.Warn("cannot record the lease this host holds; a restart while the remote is unreachable will be refused", "err", err)
+	}
+}
+
+// heldUntil returns the expiry of the lease this host holds by its own
+// record, or the zero time if the record is absent, unreadable or names
+// another host or workspace.
+func (r *Remote) heldUntil(dir, name string) time.Time {
+	b, err := vfs.ReadFile(vfs.Default, filepath.Join(dir, HeldLeaseName))
+	if err != nil {
+		return time.Time{}
+	}
+	var h heldLease
+	if json.Unmarshal(b, &h) != nil || h.Holder != r.HostID || h.Workspace != name {
+		return time.Time{}
+	}
+	return h.Expires
 }
 
 // RefusedError is a start refused by the remote tier: the lease is held
@@ -81,26 +139,42 @@ func (r *Remote) ttl() time.Duration {
 	return ship.DefaultLeaseTTL
 }
 
-// acquire takes the lease before the daemon serves.
-func (r *Remote) acquire(ctx context.Context, dir, name string) error {
+// acquire takes the lease before the daemon serves (see Remote for the
+// start without a remote).
+func (r *Remote) acquire(ctx context.Context, dir, name string, lg *slog.Logger) error {
 	if _, err := vfs.Default.Stat(filepath.Join(dir, ship.PushedName)); err == nil {
 		return &RefusedError{fmt.Errorf("workspace %s was pushed from this host (%s exists): it is served from the remote now; remove it here (wsfs rm %s) and pull it to serve it here again", name, filepath.Join(dir, ship.PushedName), name)}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := ship.AcquireLease(cctx, r.Store, name, r.HostID, r.ttl(), r.Steal, time.Now()); err != nil {
-		var le *ship.LeaseError
-		if errors.As(err, &le) {
-			return &RefusedError{err}
-		}
-		return fmt.Errorf("workspace %s: cannot take its lease in %s, so cannot tell that no other host serves it (refusing to start): %w", name, r.Store, err)
+	sent := r.clock()
+	_, err := ship.AcquireLease(cctx, r.Store, name, r.HostID, r.ttl(), r.Steal, sent)
+	var le *ship.LeaseError
+	switch {
+	case err == nil:
+		r.recordHeld(dir, name, sent, lg)
+		return nil
+	case errors.As(err, &le):
+		return &RefusedError{err}
 	}
-	return nil
+	if !ship.RemoteDown(err) {
+		return fmt.Errorf("workspace %s: cannot take its lease in %s (refusing to start): %w", name, r.Store, err)
+	}
+	now := r.clock()
+	if until := r.heldUntil(dir, name); now.Before(until) {
+		lg.Warn("cannot reach the remote to renew the lease; this host holds it until its expiry by its own record, so serving from local disk and renewing in the background",
+			"expires", until.Format(time.RFC3339), "err", err)
+		return nil
+	} else if !until.IsZero() {
+		return fmt.Errorf("workspace %s: cannot take its lease in %s (%w), and the lease this host last held expired %s ago, so another host may serve it now (refusing to start); start it again once the remote can be reached",
+			name, r.Store, err, now.Sub(until).Round(time.Second))
+	}
+	return fmt.Errorf("workspace %s: cannot take its lease in %s, so cannot tell that no other host serves it (refusing to start); start it again once the remote can be reached: %w", name, r.Store, err)
 }
 
 // keepLease renews the lease every TTL/3 until ctx ends; if another host
 // took it, it fails ws and sends the error on the returned channel.
-func (r *Remote) keepLease(ctx context.Context, ws *workspace.Workspace, name string, lg *slog.Logger) <-chan error {
+func (r *Remote) keepLease(ctx context.Context, ws *workspace.Workspace, dir, name string, lg *slog.Logger) <-chan error {
 	lost := make(chan error, 1)
 	go func() {
 		t := time.NewTicker(r.ttl() / 3)
@@ -113,7 +187,8 @@ func (r *Remote) keepLease(ctx context.Context, ws *workspace.Workspace, name st
 			case <-t.C:
 			}
 			cctx, cancel := context.WithTimeout(ctx, r.ttl()/3)
-			_, err := ship.AcquireLease(cctx, r.Store, name, r.HostID, r.ttl(), false, time.Now())
+			sent := r.clock()
+			_, err := ship.AcquireLease(cctx, r.Store, name, r.HostID, r.ttl(), false, sent)
 			cancel()
 			var le *ship.LeaseError
 			switch {
@@ -129,6 +204,7 @@ func (r *Remote) keepLease(ctx context.Context, ws *workspace.Workspace, name st
 				}
 				lastErr = err.Error()
 			case err == nil:
+				r.recordHeld(dir, name, sent, lg)
 				if lastErr != "" {
 					lg.Info("lease renewed again")
 				}

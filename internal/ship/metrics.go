@@ -120,3 +120,18 @@ func (c *shipCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(n), kind)
 	}
 }
+
+// RemoteDown reports whether err means the remote could not answer for
+// now (unreachable, throttled, or a 5xx answer), as opposed to one that
+// answered no (a missing bucket, refused credentials, another host's
+// lease) or a local failure.
+func RemoteDown(err error) bool {
+	switch ErrorKind(err) {
+	case ErrKindUnreachable, ErrKindThrottled:
+		return true
+	case ErrKindServer:
+		var re interface{ HTTPStatusCode() int }
+		return errors.As(err, &re) && re.HTTPStatusCode() >= 500
+	}
+	return false
+}
