@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"time"
@@ -130,6 +131,12 @@ func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repai
 		return 0, err
 	}
 	opts.NotFetched = notFetched
+	// What the remote holds: a repair must not cut the log below it.
+	if st, err := ship.ReadStatus(opts.Dir); err == nil {
+		opts.Shipped, opts.Remote = st.Shipped, st.Remote
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("read the shipper's status of %s (what the remote holds): %w", name, err)
+	}
 	// Whether a daemon serves it, for the report only: from the mount
 	// table, not by trying the lock (that would make a daemon starting at
 	// this instant fail). Repair takes the lock and finds out for sure.
