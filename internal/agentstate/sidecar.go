@@ -17,6 +17,7 @@ import (
 	"github.com/benbjohnson/litestream"
 	"github.com/superfly/ltx"
 
+	"wsfs/internal/peercred"
 	"wsfs/internal/vfs"
 )
 
@@ -546,6 +547,9 @@ func call(ctx context.Context, socketPath string, req request) (response, error)
 		return response{}, fmt.Errorf("no sidecar answers on %s (%v): is `wsfs up` (or `wsfs sidecar`) running for this workspace?", socketPath, err)
 	}
 	defer c.Close()
+	if err := peercred.CheckServer(c, socketPath); err != nil {
+		return response{}, err
+	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
 	out, _ := json.Marshal(req)

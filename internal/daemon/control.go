@@ -16,9 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"wsfs/internal/manifest"
+	"wsfs/internal/peercred"
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
@@ -218,25 +217,11 @@ var controlReadTimeout = 10 * time.Second
 // peerAllowed refuses a client that is neither root nor the daemon's own
 // user (SO_PEERCRED): an abstract socket has no file permissions.
 func peerAllowed(c net.Conn) error {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return errors.New("control socket: not a unix connection")
-	}
-	raw, err := uc.SyscallConn()
+	cred, err := peercred.Get(c)
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return fmt.Errorf("control socket: %w", err)
-	}
-	if cerr != nil {
-		return fmt.Errorf("control socket: peer credentials: %w", cerr)
-	}
-	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
+	if !peercred.Trusted(cred) {
 		return fmt.Errorf("permission denied: uid %d may not take snapshots of this workspace (only root or uid %d)", cred.Uid, os.Geteuid())
 	}
 	return nil
@@ -267,11 +252,15 @@ func RequestDiff(ctx context.Context, wsDir string, id uint64) (ControlReply, er
 
 func request(ctx context.Context, wsDir string, req controlRequest) (ControlReply, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", ControlSocketPath(wsDir))
+	addr := ControlSocketPath(wsDir)
+	c, err := d.DialContext(ctx, "unix", addr)
 	if err != nil {
 		return ControlReply{}, fmt.Errorf("%w: %v", ErrNoControl, err)
 	}
 	defer c.Close()
+	if err := peercred.CheckServer(c, addr); err != nil {
+		return ControlReply{}, err
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
