@@ -13,8 +13,7 @@ import (
 	"sync"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
+	"wsfs/internal/unixsock"
 	"wsfs/internal/vfs"
 )
 
@@ -61,10 +60,6 @@ const (
 	syncWakePrefix = "sync-"
 	wakeSuffix     = ".wake"
 )
-
-// maxSockPath is the longest unix socket path the kernel takes (108 bytes
-// in sockaddr_un, with its terminating NUL).
-const maxSockPath = 107
 
 // WakeListener receives wakeups on a unix datagram socket. A nil
 // *WakeListener is valid: it never wakes (its waiters poll).
@@ -264,26 +259,8 @@ func listenBarrier(dir string) (*WakeListener, error) {
 	return ListenWake(filepath.Join(dir, name))
 }
 
-// sockAddr returns the address to bind or send to for path: path itself,
-// or, when it is too long for a socket address, the same file through an
-// O_PATH handle of its directory (/proc/self/fd/N/NAME), which the caller
-// closes after use.
-func sockAddr(path string) (string, *os.File, error) {
-	if len(path) <= maxSockPath {
-		return path, nil, nil
-	}
-	fd, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", nil, fmt.Errorf("wake socket %s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), filepath.Dir(path))
-	addr := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + filepath.Base(path)
-	if len(addr) > maxSockPath {
-		f.Close()
-		return "", nil, fmt.Errorf("wake socket %s: name too long for a socket", path)
-	}
-	return addr, f, nil
-}
+// sockAddr is unixsock.Addr (a long path through its directory's handle).
+func sockAddr(path string) (string, *os.File, error) { return unixsock.Addr(path) }
 
 // fileKind names the type of fi for an error message.
 func fileKind(fi os.FileInfo) string {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"wsfs/internal/remote/s3test"
+	"wsfs/internal/unixsock"
 	"wsfs/internal/vfs"
 )
 
@@ -153,7 +154,7 @@ func TestWakeLongPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, ShipWakeName)
-	if len(path) <= maxSockPath {
+	if len(path) <= unixsock.MaxPath {
 		t.Fatalf("path %s is not too long", path)
 	}
 	l, err := ListenWake(path)
