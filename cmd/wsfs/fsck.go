@@ -151,7 +151,7 @@ func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repai
 		fmt.Fprintf(w, "%s: note: %d objects not yet fetched from %s (pulled lazily: they are fetched on first read and by the daemon's prefetch; not damage)\n",
 			name, rep.NotFetched, remoteName)
 	}
-	snaps, err := snapshot.Check(vfs.Default, opts.Dir, p, verify)
+	snaps, err := snapshot.Check(vfs.Default, opts.Dir, p, verify, opts.NotFetched)
 	if err != nil {
 		return 0, fmt.Errorf("snapshots: %w", err)
 	}
@@ -180,6 +180,9 @@ func printSnapshotReport(w io.Writer, name string, rep *snapshot.CheckReport) {
 	verified := ""
 	if rep.Verified > 0 {
 		verified = fmt.Sprintf(", %d verified", rep.Verified)
+	}
+	if rep.NotFetched > 0 {
+		verified += fmt.Sprintf(", %d not yet fetched (pulled lazily; not damage)", rep.NotFetched)
 	}
 	fmt.Fprintf(w, "%s: snapshots %s: %d snapshots, %d objects%s\n", name, state, rep.Snapshots, rep.Objects, verified)
 	for _, d := range rep.Damage {
