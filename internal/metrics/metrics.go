@@ -338,10 +338,16 @@ func (s *Server) Close() error {
 
 func (s *Server) close() error {
 	// Remove the address file only while it is still the one PublishAddr
-	// wrote: another process may have replaced it since.
+	// wrote: another process may have replaced it since. The same inode
+	// is not enough (a file created after ours was removed may reuse its
+	// number); it must also still hold our address, which no other
+	// process can have published while we listen on it.
 	if s.addrFile != "" {
-		if fi, err := vfs.Default.Stat(s.addrFile); err == nil && os.SameFile(fi, s.addrInfo) {
-			vfs.Default.Remove(s.addrFile)
+		fi, err := vfs.Default.Stat(s.addrFile)
+		if err == nil && os.SameFile(fi, s.addrInfo) {
+			if addr, err := ReadAddrFile(s.addrFile); err == nil && addr == s.addr {
+				vfs.Default.Remove(s.addrFile)
+			}
 		}
 	}
 	err := s.srv.Close()

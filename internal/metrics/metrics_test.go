@@ -133,10 +133,9 @@ func TestPublishAddrRefusesOtherFiles(t *testing.T) {
 	if err := s.PublishAddr(path); err != nil {
 		t.Fatalf("a stale address file: %v", err)
 	}
-	// Another process replaces it: Close leaves the new one.
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
+	// Another process replaces it: Close leaves the new one. Rewritten in
+	// place, it keeps the inode, as a new file may reuse the number of
+	// the one removed: the same inode alone does not make it ours.
 	if err := os.WriteFile(path, []byte("127.0.0.1:2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
