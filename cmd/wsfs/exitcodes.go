@@ -28,7 +28,7 @@ var exitCodes = []struct {
 	{exitOK, "success; also `-h`/`--help`, and a daemon or sidecar stopped by SIGINT/SIGTERM after its final commit or sync"},
 	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, a mount removed from outside, no sidecar answering `state sync`"},
 	{exitUsage, "usage error: unknown command or flag, bad flag value, missing or extra argument, invalid workspace name (the message says what is wrong with it)"},
-	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout); mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout, or a layout filesystem not mounted; gc unable to account for every workspace using the pool, or another gc running; a replica without the state asked for (`state restore`)"},
+	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout), or not the user the host belongs to; mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout, or a layout filesystem not mounted; gc unable to account for every workspace using the pool, or another gc running; a replica without the state asked for (`state restore`)"},
 	{exitCorrupt, "corrupt data (log or object): the message names the segment or object and what to do"},
 }
 
@@ -58,6 +58,7 @@ var sentinelCodes = []struct {
 }{
 	{host.ErrInvalidName, exitUsage},
 	{host.ErrNoHost, exitPrecondition},
+	{host.ErrNotOwner, exitPrecondition},
 	{host.ErrNoWorkspace, exitPrecondition},
 	{host.ErrWorkspaceExists, exitPrecondition},
 	{vfs.ErrLocked, exitPrecondition}, // served by another daemon, sidecar or gc

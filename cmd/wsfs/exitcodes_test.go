@@ -88,6 +88,14 @@ func TestExitCodes(t *testing.T) {
 			t.Cleanup(func() { syscall.Unmount(filepath.Join(home, "mnt", "ws"), syscall.MNT_DETACH) })
 			return runProc(t, nobody, "mount", "--home", home, "ws")
 		}, exitPrecondition, []string{"as uid 65534 failed", "run the daemon as root"}},
+		{"another user's host", func(t *testing.T) (int, string) {
+			// Every command opens the host first; status stands for them.
+			home := filepath.Join(publicDir(t), "home")
+			if code, out := wsfsRun(context.Background(), "init", "--home", home); code != 0 {
+				t.Fatalf("init: %d %s", code, out)
+			}
+			return runProc(t, nobody, "status", "--home", home)
+		}, exitPrecondition, []string{"is private to uid 0", "run wsfs as that user"}},
 		{"second sidecar", func(t *testing.T) (int, string) {
 			home := newHost(t)
 			h, err := host.Open(home)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"time"
@@ -130,6 +131,12 @@ func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repai
 		return 0, err
 	}
 	opts.NotFetched = notFetched
+	// What the remote holds: a repair must not cut the log below it.
+	if st, err := ship.ReadStatus(opts.Dir); err == nil {
+		opts.Shipped, opts.Remote = st.Shipped, st.Remote
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("read the shipper's status of %s (what the remote holds): %w", name, err)
+	}
 	// Whether a daemon serves it, for the report only: from the mount
 	// table, not by trying the lock (that would make a daemon starting at
 	// this instant fail). Repair takes the lock and finds out for sure.
@@ -144,7 +151,7 @@ func fsckOne(w io.Writer, h *host.Host, p *pool.Pool, name string, verify, repai
 		fmt.Fprintf(w, "%s: note: %d objects not yet fetched from %s (pulled lazily: they are fetched on first read and by the daemon's prefetch; not damage)\n",
 			name, rep.NotFetched, remoteName)
 	}
-	snaps, err := snapshot.Check(vfs.Default, opts.Dir, p, verify)
+	snaps, err := snapshot.Check(vfs.Default, opts.Dir, p, verify, opts.NotFetched)
 	if err != nil {
 		return 0, fmt.Errorf("snapshots: %w", err)
 	}
@@ -173,6 +180,9 @@ func printSnapshotReport(w io.Writer, name string, rep *snapshot.CheckReport) {
 	verified := ""
 	if rep.Verified > 0 {
 		verified = fmt.Sprintf(", %d verified", rep.Verified)
+	}
+	if rep.NotFetched > 0 {
+		verified += fmt.Sprintf(", %d not yet fetched (pulled lazily; not damage)", rep.NotFetched)
 	}
 	fmt.Fprintf(w, "%s: snapshots %s: %d snapshots, %d objects%s\n", name, state, rep.Snapshots, rep.Objects, verified)
 	for _, d := range rep.Damage {

@@ -28,7 +28,7 @@ func checkMetricsFile(addr, file string) error {
 func serveMetrics(m *metrics.Metrics, addr, file string) (*metrics.Server, error) {
 	ms, err := m.Serve(addr)
 	if err != nil {
-		return nil, usageError{fmt.Sprintf("--metrics: %v", err)}
+		return nil, metricsListenError(err)
 	}
 	if file != "" {
 		if err := ms.PublishAddr(file); err != nil {
@@ -37,4 +37,10 @@ func serveMetrics(m *metrics.Metrics, addr, file string) (*metrics.Server, error
 		}
 	}
 	return ms, nil
+}
+
+// metricsListenError is the usage error (exit 2) of a --metrics address
+// that cannot be listened on: in use, or malformed.
+func metricsListenError(err error) error {
+	return usageError{fmt.Sprintf("--metrics: %v (choose another HOST:PORT; port 0 picks a free one)", err)}
 }

@@ -148,7 +148,10 @@ first); fsync returns once everything before it is durable.`)
 	var oe *daemon.OpenError
 	var pe *fusefs.PreconditionError
 	var re *daemon.RefusedError
+	var me *daemon.MetricsError
 	switch {
+	case errors.As(err, &me):
+		return metricsListenError(me.Err)
 	case errors.As(err, &oe):
 		return classifyOpenError(name, oe.Err)
 	case errors.As(err, &re):

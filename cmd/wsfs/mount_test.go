@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"wsfs/internal/fusefs"
 	"wsfs/internal/testenv"
 )
@@ -261,5 +263,34 @@ func TestMountServeAndStop(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("second daemon did not stop")
+	}
+}
+
+// TestMountMetricsAddressRefused: a --metrics address that cannot be
+// listened on (in use, malformed) is a usage error (exit 2), as for the
+// sidecar, the shipper and `wsfs up`, refused before the workspace is
+// opened or mounted.
+func TestMountMetricsAddressRefused(t *testing.T) {
+	skipWithoutFUSE(t)
+	home := newHost(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	mp := t.TempDir()
+	for _, addr := range []string{busy.Addr().String(), "nonsense"} {
+		code, out := wsfsRun(context.Background(), "mount", "--home", home, "--metrics", addr, "ws", mp)
+		if code != exitUsage || !strings.Contains(out, "--metrics") || !strings.Contains(out, "choose another") {
+			t.Errorf("mount --metrics %s: exit %d, %q; want exit 2 naming --metrics and what to do", addr, code, out)
+		}
+		mounts, err := os.ReadFile("/proc/self/mounts")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(mounts), " "+mp+" ") {
+			unix.Unmount(mp, unix.MNT_DETACH)
+			t.Fatalf("mount --metrics %s left %s mounted", addr, mp)
+		}
 	}
 }

@@ -125,7 +125,7 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 		// Bound here, before any child starts: a taken or bad address is
 		// the caller's to fix (exit 2), not a half-started host.
 		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
-			return usageError{fmt.Sprintf("--metrics: %v", err)}
+			return metricsListenError(err)
 		}
 	}
 	err = supervisor.Run(ctx, supervisor.Options{

@@ -50,9 +50,7 @@ package agentstate
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -97,27 +95,12 @@ func PathsFor(h *host.Host, name string) Paths {
 	}
 }
 
-// maxSocketPath is the longest path a unix socket can bind to on Linux
-// (sun_path is 108 bytes with the terminating NUL).
-const maxSocketPath = 107
-
 // socketPath is the sidecar's control socket for the agent directory dir:
-// dir/sidecar.sock when that fits in a unix socket address, else an
-// abstract socket ("@" prefix: no file, no length problem) named by a hash
-// of dir, so that every process computes the same address. An abstract
-// socket has no file permissions; the control protocol only offers status
-// and sync-and-wait, which are harmless to any local caller.
-func socketPath(dir string) string {
-	p := filepath.Join(dir, SocketName)
-	if len(p) <= maxSocketPath {
-		return p
-	}
-	sum := sha256.Sum256([]byte(dir))
-	return "@wsfs-sidecar-" + hex.EncodeToString(sum[:16])
-}
-
-// isAbstract reports whether a socket path names an abstract socket.
-func isAbstract(socket string) bool { return strings.HasPrefix(socket, "@") }
+// the file dir/sidecar.sock, reached through its directory's handle when
+// the path is too long for a unix socket address (unixsock; never an
+// abstract socket, which another local user could bind first, keeping the
+// sidecar from starting).
+func socketPath(dir string) string { return filepath.Join(dir, SocketName) }
 
 // DSN is the data source name OpenDB uses. PRAGMAs given as DSN parameters
 // apply to every connection of the pool (unlike an Exec of PRAGMA):

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/superfly/ltx"
+
+	"wsfs/internal/unixsock"
 )
 
 // The test binary doubles as a sidecar process: with WSFS_TEST_SIDECAR set
@@ -260,7 +262,7 @@ func TestRestoreAtTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
-	if opts.SocketPath != "" && !isAbstract(opts.SocketPath) {
+	if opts.SocketPath != "" {
 		if st, err := os.Stat(opts.SocketPath); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("sidecar socket %s: %v, mode %v, want 0600", opts.SocketPath, err, st.Mode().Perm())
 		}
@@ -588,18 +590,22 @@ func verifyReplicaFiles(t *testing.T, replica string) {
 	}
 }
 
-// TestLongAgentDirUsesAbstractSocket: an agent directory too deep for a
-// unix socket address gets an abstract control socket, the same one for
-// every process, and sync-and-wait works over it.
-func TestLongAgentDirUsesAbstractSocket(t *testing.T) {
+// TestLongAgentDirSocket: an agent directory too deep for a unix socket
+// address still gets its control socket as a private file in the
+// directory (never an abstract socket, which another user could bind
+// first), and sync-and-wait works over it.
+func TestLongAgentDirSocket(t *testing.T) {
 	short := t.TempDir()
 	if p := socketPath(short); p != filepath.Join(short, SocketName) {
 		t.Errorf("short dir: socket %s, want the file in the agent dir", p)
 	}
 	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60), "agent")
+	if err := os.MkdirAll(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	p := socketPath(deep)
-	if !isAbstract(p) || p != socketPath(deep) || len(p) > maxSocketPath {
-		t.Fatalf("deep dir: socket %q, want a stable abstract name", p)
+	if p != filepath.Join(deep, SocketName) || len(p) <= unixsock.MaxPath {
+		t.Fatalf("deep dir: socket %q, want the file in the agent dir, longer than a socket address", p)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -611,13 +617,19 @@ func TestLongAgentDirUsesAbstractSocket(t *testing.T) {
 	}
 	w := newWriter(t, opts.DBPath)
 	w.insert(t, 10)
+	if st, err := os.Lstat(p); err != nil || st.Mode().Type() != os.ModeSocket || st.Mode().Perm() != 0o600 {
+		t.Fatalf("sidecar socket %s: %v, %v; want a socket file, mode 0600", p, st, err)
+	}
 	if pos, err := RequestSync(ctx, p); err != nil || pos.TXID == 0 {
-		t.Fatalf("sync over the abstract socket: %v, %v", pos, err)
+		t.Fatalf("sync over the long socket path: %v, %v", pos, err)
 	}
 	if _, err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := RequestSync(ctx, p); err == nil {
-		t.Error("the abstract socket still answers after Close")
+		t.Error("the socket still answers after Close")
+	}
+	if _, err := os.Lstat(p); !os.IsNotExist(err) {
+		t.Errorf("socket file after Close: %v; want it removed", err)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/benbjohnson/litestream"
 	"github.com/superfly/ltx"
 
+	"wsfs/internal/peercred"
+	"wsfs/internal/unixsock"
 	"wsfs/internal/vfs"
 )
 
@@ -242,31 +244,22 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	s.store = store
 
 	if opts.SocketPath != "" {
-		if len(opts.SocketPath) > maxSocketPath {
+		// We hold the lock, so any socket file is a dead sidecar's.
+		if err := vfs.Default.Remove(opts.SocketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			store.Close(context.Background())
-			return fail(fmt.Errorf("socket path %s is %d bytes, longer than a unix socket address allows (%d); PathsFor chooses an abstract socket in that case",
-				opts.SocketPath, len(opts.SocketPath), maxSocketPath))
+			return fail(fmt.Errorf("remove stale socket: %w", err))
 		}
-		// We hold the lock, so any socket file is a dead sidecar's (an
-		// abstract socket has no file: its name dies with its socket).
-		if !isAbstract(opts.SocketPath) {
-			if err := vfs.Default.Remove(opts.SocketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-				store.Close(context.Background())
-				return fail(fmt.Errorf("remove stale socket: %w", err))
-			}
-		}
-		ln, err := net.Listen("unix", opts.SocketPath)
+		ln, err := unixsock.Listen(opts.SocketPath)
 		if err != nil {
 			store.Close(context.Background())
-			return fail(fmt.Errorf("listen on %s: %w", opts.SocketPath, err))
+			return fail(err)
 		}
-		if !isAbstract(opts.SocketPath) {
-			// Private like the database beside it (the umask left it 0755).
-			if err := os.Chmod(opts.SocketPath, 0o600); err != nil {
-				ln.Close()
-				store.Close(context.Background())
-				return fail(fmt.Errorf("listen on %s: %w", opts.SocketPath, err))
-			}
+		// Private like the database beside it (the umask left it 0755).
+		if err := os.Chmod(opts.SocketPath, 0o600); err != nil {
+			ln.Close()
+			vfs.Default.Remove(opts.SocketPath)
+			store.Close(context.Background())
+			return fail(fmt.Errorf("listen on %s: %w", opts.SocketPath, err))
 		}
 		s.ln = ln
 	}
@@ -412,7 +405,7 @@ func (s *Sidecar) Close(ctx context.Context) (Position, error) {
 	// the sync above); no retry loop: the deadline above bounds it.
 	s.store.SetShutdownSyncTimeout(0)
 	err := s.store.Close(sctx)
-	if s.ln != nil && !isAbstract(s.opts.SocketPath) {
+	if s.ln != nil {
 		vfs.Default.Remove(s.opts.SocketPath)
 	}
 	s.lock.Close()
@@ -540,12 +533,14 @@ func RequestSync(ctx context.Context, socketPath string) (Position, error) {
 }
 
 func call(ctx context.Context, socketPath string, req request) (response, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", socketPath)
+	c, err := unixsock.Dial(ctx, socketPath)
 	if err != nil {
 		return response{}, fmt.Errorf("no sidecar answers on %s (%v): is `wsfs up` (or `wsfs sidecar`) running for this workspace?", socketPath, err)
 	}
 	defer c.Close()
+	if err := peercred.CheckServer(c, socketPath); err != nil {
+		return response{}, err
+	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
 	out, _ := json.Marshal(req)

@@ -3,8 +3,6 @@ package daemon
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,42 +10,40 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"wsfs/internal/manifest"
+	"wsfs/internal/peercred"
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
+	"wsfs/internal/unixsock"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
 
 // The snapshot control socket lets `wsfs snapshot create` reach the daemon
-// that serves a workspace: STATE/workspaces/NAME/control.sock, or an
-// abstract socket named by a hash of that path when it is too long for a
-// unix socket address. The protocol is one JSON request line and one JSON
+// that serves a workspace: STATE/workspaces/NAME/control.sock, reached
+// through its directory's handle when the path is too long for a unix
+// socket address (unixsock; never an abstract socket, which any local
+// user could connect to or bind first). The protocol is one JSON request line and one JSON
 // reply line per connection:
 //
 //	-> {"op":"snapshot","label":"..."}
 //	<- {"id":3,"group":120,"root":"<hex>","dirs":..,"entries":..,"bytes":..} | {"error":"..."}
 //
-// The socket file lives in the private workspace directory; an abstract
-// socket has no permissions, so the daemon checks every client's
-// credentials (SO_PEERCRED): only root and the daemon's own user may ask.
+// The socket file lives in the private workspace directory; the daemon
+// also checks every client's credentials (SO_PEERCRED): only root and the
+// daemon's own user may ask; and clients believe only a daemon of root or
+// their own user (peercred).
 
 const controlSocketName = "control.sock"
 
-// ControlSocketPath is the control socket of the workspace in wsDir.
+// ControlSocketPath is the control socket of the workspace in wsDir: a
+// file in the private workspace directory, however long its path
+// (unixsock).
 func ControlSocketPath(wsDir string) string {
-	p := filepath.Join(wsDir, controlSocketName)
-	if len(p) <= 107 {
-		return p
-	}
-	sum := sha256.Sum256([]byte(p))
-	return "@wsfs-control-" + hex.EncodeToString(sum[:16])
+	return filepath.Join(wsDir, controlSocketName)
 }
 
 type controlRequest struct {
@@ -97,21 +93,18 @@ type ControlHooks struct {
 // file left behind is a dead daemon's and is replaced.
 func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.Logger, hooks ControlHooks) (stop func(), err error) {
 	path := ControlSocketPath(wsDir)
-	if !strings.HasPrefix(path, "@") {
-		if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("control socket: remove stale %s: %w", path, err)
-		}
+	if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control socket: remove stale %s: %w", path, err)
 	}
-	ln, err := net.Listen("unix", path)
+	ln, err := unixsock.Listen(path)
 	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	if !strings.HasPrefix(path, "@") {
-		// Private like everything under STATE (the umask left it 0755).
-		if err := os.Chmod(path, 0o600); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("control socket %s: %w", path, err)
-		}
+	// Private like everything under STATE (the umask left it 0755).
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		vfs.Default.Remove(path)
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	var mu sync.Mutex // one snapshot, restore or diff at a time
 	var wg sync.WaitGroup
@@ -154,9 +147,7 @@ func StartControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.
 	return func() {
 		ln.Close()
 		wg.Wait()
-		if !strings.HasPrefix(path, "@") {
-			vfs.Default.Remove(path)
-		}
+		vfs.Default.Remove(path)
 	}, nil
 }
 
@@ -218,25 +209,11 @@ var controlReadTimeout = 10 * time.Second
 // peerAllowed refuses a client that is neither root nor the daemon's own
 // user (SO_PEERCRED): an abstract socket has no file permissions.
 func peerAllowed(c net.Conn) error {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return errors.New("control socket: not a unix connection")
-	}
-	raw, err := uc.SyscallConn()
+	cred, err := peercred.Get(c)
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return fmt.Errorf("control socket: %w", err)
-	}
-	if cerr != nil {
-		return fmt.Errorf("control socket: peer credentials: %w", cerr)
-	}
-	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
+	if !peercred.Trusted(cred) {
 		return fmt.Errorf("permission denied: uid %d may not take snapshots of this workspace (only root or uid %d)", cred.Uid, os.Geteuid())
 	}
 	return nil
@@ -266,12 +243,15 @@ func RequestDiff(ctx context.Context, wsDir string, id uint64) (ControlReply, er
 }
 
 func request(ctx context.Context, wsDir string, req controlRequest) (ControlReply, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", ControlSocketPath(wsDir))
+	addr := ControlSocketPath(wsDir)
+	c, err := unixsock.Dial(ctx, addr)
 	if err != nil {
 		return ControlReply{}, fmt.Errorf("%w: %v", ErrNoControl, err)
 	}
 	defer c.Close()
+	if err := peercred.CheckServer(c, addr); err != nil {
+		return ControlReply{}, err
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}

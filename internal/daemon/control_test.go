@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
+	"wsfs/internal/unixsock"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -19,7 +21,12 @@ import (
 // serving opens a workspace and its control socket in a temp dir.
 func serving(t *testing.T) (wsDir string, stop func()) {
 	t.Helper()
-	root := t.TempDir()
+	return servingIn(t, t.TempDir())
+}
+
+// servingIn is serving with the host's directories under root.
+func servingIn(t *testing.T, root string) (wsDir string, stop func()) {
+	t.Helper()
 	p, err := pool.Open(vfs.Default, filepath.Join(root, "pool"), pool.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -107,5 +114,31 @@ func TestControlRequests(t *testing.T) {
 	r, err := RequestRestore(context.Background(), wsDir, 1)
 	if err != nil || r.ID != 1 || r.Before != 2 {
 		t.Fatalf("restore: %+v, %v", r, err)
+	}
+}
+
+// TestControlSocketLongPath: a workspace directory too long for a socket
+// address still gets its control socket as a private file in it (never an
+// abstract socket, whose name another local user could bind first and so
+// keep the daemon from starting), and requests reach the daemon through
+// it; stop removes it.
+func TestControlSocketLongPath(t *testing.T) {
+	root := filepath.Join(t.TempDir(), strings.Repeat("h", 100))
+	wsDir, stop := servingIn(t, root)
+	path := ControlSocketPath(wsDir)
+	if path != filepath.Join(wsDir, "control.sock") || len(path) <= unixsock.MaxPath {
+		t.Fatalf("control socket %q: want the file in the workspace directory, longer than a socket address", path)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("control socket %s: %v, %v; want a socket file, mode 0600", path, fi, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if rep, err := RequestSnapshot(ctx, wsDir, "long"); err != nil || rep.ID != 1 {
+		t.Fatalf("snapshot over the long path: %+v, %v", rep, err)
+	}
+	stop()
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Fatalf("control socket after stop: %v; want it removed", err)
 	}
 }

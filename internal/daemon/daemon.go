@@ -75,6 +75,14 @@ type Config struct {
 	RestoreAgent func(before, target snapshot.Info) error
 }
 
+// MetricsError is a metrics endpoint that could not listen at
+// Config.MetricsAddr (the address is in use or malformed): the caller's
+// mistake, reported before the workspace is opened.
+type MetricsError struct{ Err error }
+
+func (e *MetricsError) Error() string { return e.Err.Error() }
+func (e *MetricsError) Unwrap() error { return e.Err }
+
 // OpenError wraps a failure to open (recover) the workspace, so that the
 // caller can classify it (corrupt log or object, served by another daemon).
 type OpenError struct{ Err error }
@@ -101,9 +109,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("open pool %s: %w", h.PoolDir(), err)
 	}
+	// The metrics endpoint listens before anything else is done, so that
+	// an address that cannot be bound (in use, malformed) is refused at
+	// once (a MetricsError) instead of after the workspace was recovered,
+	// its lease taken and its mount made. Its collectors are registered
+	// below; the address file is published only then.
 	var m *metrics.Metrics
+	var ms *metrics.Server
 	if cfg.MetricsAddr != "" {
 		m = metrics.New(name)
+		if ms, err = m.Serve(cfg.MetricsAddr); err != nil {
+			return &MetricsError{err}
+		}
+		defer ms.Close()
 	}
 	wsOpts := workspace.Options{
 		Dir: h.WorkspaceDir(name), Pool: p,
@@ -202,11 +220,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if lazy != nil {
 			m.WatchFetch(func() metrics.FetchStats { return lazy.metrics(p) })
 		}
-		ms, err := m.Serve(cfg.MetricsAddr)
-		if err != nil {
-			return err
-		}
-		defer ms.Close()
 		if cfg.MetricsFile != "" {
 			if err := ms.PublishAddr(cfg.MetricsFile); err != nil {
 				return err

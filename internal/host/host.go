@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"wsfs/internal/vfs"
 )
@@ -75,6 +76,11 @@ const publicDirPerm = 0o755
 
 // ErrNoHost is wrapped by Open when HOME has no config file.
 var ErrNoHost = errors.New("no wsfs host")
+
+// ErrNotOwner is wrapped by Open when the host's config cannot be read
+// for want of permission: the host is private to the user that runs wsfs
+// (root in production), and the caller is another user.
+var ErrNotOwner = errors.New("host belongs to another user")
 
 // ErrNoWorkspace is wrapped by the errors naming an unknown workspace.
 var ErrNoWorkspace = errors.New("no such workspace")
@@ -147,6 +153,16 @@ func Open(home string) (*Host, error) {
 	f, err := vfs.Default.Open(cfgPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w at %s: run `wsfs init --home %s`", ErrNoHost, home, home)
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		owner := "another user"
+		if fi, serr := os.Stat(cfgPath); serr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				owner = fmt.Sprintf("uid %d", st.Uid)
+			}
+		}
+		return nil, fmt.Errorf("%w: the host at %s is private to %s (its config %s cannot be read by uid %d): run wsfs as that user (the one that runs its daemons, root in production)",
+			ErrNotOwner, home, owner, cfgPath, os.Geteuid())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read host config: %w", err)

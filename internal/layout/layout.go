@@ -51,6 +51,7 @@ import (
 
 	"wsfs/internal/host"
 	"wsfs/internal/mountinfo"
+	"wsfs/internal/vfs"
 )
 
 // Roles of the two filesystems.
@@ -161,31 +162,18 @@ func ReadRecord(dir string) (Record, error) {
 	return r, nil
 }
 
+// writeRecord publishes r as dir/layout.json: private (0600, as every file
+// of the host's own directories), synced, renamed into place and its
+// directory synced (vfs.Publish).
 func writeRecord(dir string, r Record) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, RecordName+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("write layout record: %w", err)
-	}
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if e := f.Close(); err == nil {
-		err = e
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, RecordName))
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := vfs.Publish(vfs.Default, filepath.Join(dir, RecordName), true, func(f vfs.File) error {
+		_, err := f.Write(append(data, '\n'))
+		return err
+	}); err != nil {
 		return fmt.Errorf("write layout record: %w", err)
 	}
 	return nil

@@ -284,3 +284,23 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordPrivate: layout.json is private (0600) like every file of the
+// host's own directories, whatever the umask; rewriting it keeps it so.
+func TestRecordPrivate(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	for range 2 {
+		if err := writeRecord(dir, Record{}); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(filepath.Join(dir, RecordName))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v, %v; want mode 0600", RecordName, fi.Mode(), err)
+		}
+	}
+	if _, err := ReadRecord(dir); err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+}

@@ -266,19 +266,25 @@ func (s *Server) PublishAddr(path string) error {
 // directory exists, and path is missing or holds an address file (left by
 // an earlier process: ReadAddrFile accepts it). Anything else, a config
 // file or a directory given by mistake, is refused with an error naming it.
+// So is a symbolic link, whatever it points at: publishing renames a new
+// file over the path, which would replace the link itself (and Close would
+// then remove it), not write through it.
 func CheckAddrFile(path string) error {
 	if fi, err := vfs.Default.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
 		return fmt.Errorf("metrics address file %s: its directory %s does not exist", path, filepath.Dir(path))
 	}
-	fi, err := vfs.Default.Stat(path)
+	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("metrics address file %s: %w", path, err)
 	}
+	if fi.Mode().Type()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("metrics address file %s is a symbolic link; refusing to replace it (wsfs would replace the link, not write through it): name the file itself, or a path that does not exist", path)
+	}
 	if !fi.Mode().IsRegular() || fi.Size() > 512 {
-		return fmt.Errorf("metrics address file %s exists and is not an address file; refusing to replace it (choose another path)", path)
+		return fmt.Errorf("metrics address file %s exists and is not an address file (%s); refusing to replace it (choose another path)", path, describe(fi))
 	}
 	if _, err := ReadAddrFile(path); err != nil {
 		return fmt.Errorf("metrics address file %s exists and does not hold an address; refusing to replace it (choose another path)", path)
@@ -286,10 +292,31 @@ func CheckAddrFile(path string) error {
 	return nil
 }
 
+// describe names what fi is, for an error message.
+func describe(fi os.FileInfo) string {
+	switch {
+	case fi.IsDir():
+		return "a directory"
+	case fi.Mode().IsRegular():
+		return fmt.Sprintf("a regular file of %d bytes", fi.Size())
+	default:
+		return "a " + fi.Mode().Type().String() + " file"
+	}
+}
+
 // ReadAddrFile reads an address written by PublishAddr. Its error satisfies
 // errors.Is(err, fs.ErrNotExist) when there is none (the process has not
-// bound its endpoint yet, or has exited).
+// bound its endpoint yet, or has exited). Anything at path but a regular
+// file (a FIFO, whose open would block the reader forever; a symbolic
+// link) is an error, without opening it.
 func ReadAddrFile(path string) (string, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("metrics address file %s is not an address file (%s)", path, describe(fi))
+	}
 	data, err := vfs.ReadFile(vfs.Default, path)
 	if err != nil {
 		return "", err
@@ -311,10 +338,16 @@ func (s *Server) Close() error {
 
 func (s *Server) close() error {
 	// Remove the address file only while it is still the one PublishAddr
-	// wrote: another process may have replaced it since.
+	// wrote: another process may have replaced it since. The same inode
+	// is not enough (a file created after ours was removed may reuse its
+	// number); it must also still hold our address, which no other
+	// process can have published while we listen on it.
 	if s.addrFile != "" {
-		if fi, err := vfs.Default.Stat(s.addrFile); err == nil && os.SameFile(fi, s.addrInfo) {
-			vfs.Default.Remove(s.addrFile)
+		fi, err := vfs.Default.Stat(s.addrFile)
+		if err == nil && os.SameFile(fi, s.addrInfo) {
+			if addr, err := ReadAddrFile(s.addrFile); err == nil && addr == s.addr {
+				vfs.Default.Remove(s.addrFile)
+			}
 		}
 	}
 	err := s.srv.Close()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,10 +133,9 @@ func TestPublishAddrRefusesOtherFiles(t *testing.T) {
 	if err := s.PublishAddr(path); err != nil {
 		t.Fatalf("a stale address file: %v", err)
 	}
-	// Another process replaces it: Close leaves the new one.
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
+	// Another process replaces it: Close leaves the new one. Rewritten in
+	// place, it keeps the inode, as a new file may reuse the number of
+	// the one removed: the same inode alone does not make it ours.
 	if err := os.WriteFile(path, []byte("127.0.0.1:2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -168,5 +168,56 @@ func TestWatchAgent(t *testing.T) {
 		if !strings.Contains(b.String(), want+"\n") {
 			t.Errorf("missing %q in\n%s", want, b.String())
 		}
+	}
+}
+
+// TestPublishAddrRefusesLinksAndFIFOs: a symbolic link at the path (to an
+// address file, or dangling) is refused and left in place, since
+// publishing would replace the link itself; a FIFO is refused, and reading
+// one as an address file fails at once instead of blocking the reader (a
+// supervisor's scrape) forever.
+func TestPublishAddrRefusesLinksAndFIFOs(t *testing.T) {
+	s, err := New("ws1").Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere.metrics")
+	if err := os.WriteFile(target, []byte("127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []string{target, filepath.Join(dir, "missing")} {
+		link := filepath.Join(dir, "link-to-"+filepath.Base(to))
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PublishAddr(link); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("PublishAddr(a link to %s): %v; want refused, naming the link", to, err)
+		}
+		if got, err := os.Readlink(link); err != nil || got != to {
+			t.Errorf("the link after PublishAddr: %q, %v; want it left pointing at %s", got, err, to)
+		}
+	}
+	fifo := filepath.Join(dir, "fifo.metrics")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PublishAddr(fifo); err == nil {
+		t.Error("PublishAddr(a FIFO) succeeded; want a refusal")
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadAddrFile(fifo); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("ReadAddrFile(a FIFO): %v; want an error naming it", err)
+		}
+	case <-time.After(30 * time.Second):
+		// Unblock the reader before failing.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("ReadAddrFile(a FIFO) blocked")
 	}
 }

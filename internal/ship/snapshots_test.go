@@ -170,7 +170,7 @@ func TestShipSnapshots(t *testing.T) {
 		}
 		checkFiles(t, dir, p, e.files[c.group])
 		// The imported catalog is whole: every snapshot's objects are local.
-		if rep, err := snapshot.Check(vfs.Default, dir, p, true); err != nil || len(rep.Damage) != 0 || rep.Snapshots != 2 {
+		if rep, err := snapshot.Check(vfs.Default, dir, p, true, nil); err != nil || len(rep.Damage) != 0 || rep.Snapshots != 2 {
 			t.Fatalf("pull --at %s: local catalog check: %+v %v", c.at, rep, err)
 		}
 		t.Logf("pull --at %s: %s -> group %d", c.at, res.Selected, res.Group)

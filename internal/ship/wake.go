@@ -13,8 +13,7 @@ import (
 	"sync"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
+	"wsfs/internal/unixsock"
 	"wsfs/internal/vfs"
 )
 
@@ -44,7 +43,9 @@ import (
 // socket until its reader takes it. Wake never blocks and never fails its
 // caller: a missing socket (ENOENT), one without a listener
 // (ECONNREFUSED) and a full queue (EAGAIN: a wakeup is pending already)
-// are ignored.
+// are ignored. Wake sends only to a socket file itself, never through a
+// symbolic link (sendto would follow it to any socket on the host) nor
+// to anything else found at the path: those are ignored too.
 //
 // Sockets are 0600 in the (0700) workspace directory. A socket file left
 // by a listener that died is replaced by the next ListenWake of the same
@@ -59,10 +60,6 @@ const (
 	syncWakePrefix = "sync-"
 	wakeSuffix     = ".wake"
 )
-
-// maxSockPath is the longest unix socket path the kernel takes (108 bytes
-// in sockaddr_un, with its terminating NUL).
-const maxSockPath = 107
 
 // WakeListener receives wakeups on a unix datagram socket. A nil
 // *WakeListener is valid: it never wakes (its waiters poll).
@@ -84,7 +81,7 @@ type WakeListener struct {
 func ListenWake(path string) (*WakeListener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("wake socket %s: a file that is not a socket is in the way; remove it", path)
+			return nil, fmt.Errorf("wake socket %s: a file that is not a socket (%s) is in the way; remove it (wsfs recreates the socket at the next start)", path, fileKind(fi))
 		}
 		if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("wake socket %s: remove the stale socket: %w", path, err)
@@ -182,13 +179,22 @@ func Wake(path string) error {
 	return err
 }
 
-// send is Wake, also reporting a socket file nobody listens on (dead).
+// send is Wake, also reporting a socket file nobody listens on (dead). A
+// path that is not a socket (a regular file, a symbolic link) is not
+// woken: it has no listener of ours.
 func send(path string) (dead bool, err error) {
 	sender.once.Do(func() {
 		sender.fd, sender.err = syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
 	})
 	if sender.err != nil {
 		return false, fmt.Errorf("wake %s: %w", path, sender.err)
+	}
+	// sendto follows a symbolic link, which would send the datagram to
+	// whatever socket it names (a host's syslog, another service's
+	// control socket): only a socket file itself is woken, as in
+	// ListenWake, which refuses to bind over anything else.
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != fs.ModeSocket {
+		return false, nil
 	}
 	addr, dirf, err := sockAddr(path)
 	if err != nil {
@@ -253,25 +259,21 @@ func listenBarrier(dir string) (*WakeListener, error) {
 	return ListenWake(filepath.Join(dir, name))
 }
 
-// sockAddr returns the address to bind or send to for path: path itself,
-// or, when it is too long for a socket address, the same file through an
-// O_PATH handle of its directory (/proc/self/fd/N/NAME), which the caller
-// closes after use.
-func sockAddr(path string) (string, *os.File, error) {
-	if len(path) <= maxSockPath {
-		return path, nil, nil
+// sockAddr is unixsock.Addr (a long path through its directory's handle).
+func sockAddr(path string) (string, *os.File, error) { return unixsock.Addr(path) }
+
+// fileKind names the type of fi for an error message.
+func fileKind(fi os.FileInfo) string {
+	switch t := fi.Mode().Type(); {
+	case t&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t == 0:
+		return "a regular file"
+	default:
+		return "a " + t.String() + " file"
 	}
-	fd, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", nil, fmt.Errorf("wake socket %s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), filepath.Dir(path))
-	addr := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + filepath.Base(path)
-	if len(addr) > maxSockPath {
-		f.Close()
-		return "", nil, fmt.Errorf("wake socket %s: name too long for a socket", path)
-	}
-	return addr, f, nil
 }
 
 func closeFile(f *os.File) {

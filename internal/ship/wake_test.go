@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"wsfs/internal/remote/s3test"
+	"wsfs/internal/unixsock"
 	"wsfs/internal/vfs"
 )
 
@@ -153,7 +154,7 @@ func TestWakeLongPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, ShipWakeName)
-	if len(path) <= maxSockPath {
+	if len(path) <= unixsock.MaxPath {
 		t.Fatalf("path %s is not too long", path)
 	}
 	l, err := ListenWake(path)
@@ -317,5 +318,40 @@ func TestBarrierSweepsDeadSockets(t *testing.T) {
 	defer l2.Close()
 	if _, err := os.Lstat(live.path); err != nil {
 		t.Fatalf("a live Barrier socket was swept: %v", err)
+	}
+}
+
+// TestWakeNoSymlink: a symbolic link planted at a wake socket's path is
+// never followed (sendto would deliver the datagram to whatever socket it
+// names), and ListenWake refuses it, naming it, and leaves it in place.
+func TestWakeNoSymlink(t *testing.T) {
+	dir := t.TempDir()
+	// A foreign socket (another service's, say) the link points at.
+	target := filepath.Join(dir, "foreign.sock")
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: target}); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, ShipWakeName)
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := Wake(link); err != nil {
+		t.Fatalf("Wake through a symlink: %v; want nil (ignored)", err)
+	}
+	// Delivery to a unix datagram socket is synchronous: a datagram sent
+	// through the link would be queued now.
+	if n, _, err := syscall.Recvfrom(fd, make([]byte, 16), syscall.MSG_DONTWAIT); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("the foreign socket received %d bytes through the link (err %v); want nothing", n, err)
+	}
+	if _, err := ListenWake(link); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("listen over a symlink: %v; want refused, naming the symbolic link", err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode().Type() != fs.ModeSymlink {
+		t.Fatalf("the symlink after a refused listen: %v, %v; want it left in place", fi, err)
 	}
 }

@@ -96,7 +96,7 @@ func TestAgentStateSnapshotForkRestore(t *testing.T) {
 			t.Errorf("agent chunk %s not listed for GC", c)
 		}
 	}
-	rep, err := Check(e.fs, e.wsDir("w"), e.pool, true)
+	rep, err := Check(e.fs, e.wsDir("w"), e.pool, true, nil)
 	noErr(t, err)
 	if len(rep.Damage) != 0 {
 		t.Fatalf("fsck of healthy snapshots: %+v", rep.Damage)
@@ -139,10 +139,18 @@ func TestAgentStateSnapshotForkRestore(t *testing.T) {
 	// A missing chunk: fsck names it; restore refuses before changing
 	// anything (files or agent state).
 	noErr(t, e.fs.Remove(e.pool.Path(in.Agent.Content.Chunks[1])))
-	rep, err = Check(e.fs, e.wsDir("w"), e.pool, false)
+	rep, err = Check(e.fs, e.wsDir("w"), e.pool, false, nil)
 	noErr(t, err)
 	if len(rep.Damage) != 1 || !strings.Contains(rep.Damage[0].What, "agent state copy of w@"+fmt.Sprint(in.ID)) {
 		t.Fatalf("fsck with a missing agent chunk: %+v", rep.Damage)
+	}
+	// The same object not yet fetched by a lazy pull (the remote holds
+	// it) is counted as such, not reported missing.
+	missing := in.Agent.Content.Chunks[1]
+	rep, err = Check(e.fs, e.wsDir("w"), e.pool, false, func(id objid.ID) bool { return id == missing })
+	noErr(t, err)
+	if len(rep.Damage) != 0 || rep.NotFetched != 1 {
+		t.Fatalf("fsck with an object not yet fetched: %d not fetched, damage %+v; want 1 and none", rep.NotFetched, rep.Damage)
 	}
 	if _, _, err := Restore(e.opts("w"), in.ID, time.Now()); err == nil {
 		t.Fatal("restore with a missing agent chunk succeeded")

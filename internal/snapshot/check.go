@@ -22,10 +22,11 @@ type Damage struct {
 
 // CheckReport is what Check found.
 type CheckReport struct {
-	Snapshots int // catalog entries
-	Objects   int // distinct objects their trees reference
-	Verified  int // of those, hashed (verify)
-	Damage    []Damage
+	Snapshots  int // catalog entries
+	Objects    int // distinct objects their trees reference
+	Verified   int // of those, hashed (verify)
+	NotFetched int // of those, not local but backed by the remote (notFetched)
+	Damage     []Damage
 }
 
 // Check reads every catalog entry of the workspace in wsDir on its own
@@ -35,8 +36,11 @@ type CheckReport struct {
 // to its name), and the same for the chunks of their agent state
 // copies. It writes nothing and takes no lock. An object shared by
 // several snapshots is checked once; a problem names the snapshots it
-// affects.
-func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, error) {
+// affects. notFetched, if not nil, reports whether an object that is not
+// local is one a lazy pull has not fetched yet and the remote holds (as
+// workspace.CheckOptions.NotFetched): it is counted in NotFetched, not
+// reported missing.
+func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool, notFetched func(objid.ID) bool) (*CheckReport, error) {
 	rep := &CheckReport{}
 	names, err := fsys.List(Dir(wsDir))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -110,6 +114,10 @@ func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool) (*CheckReport, 
 			what, do = "a chunk of the agent state copy of", "restoring or forking those snapshots fails before changing anything"
 		}
 		if _, err := fsys.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			if notFetched != nil && notFetched(o) {
+				rep.NotFetched++
+				continue
+			}
 			rep.Damage = append(rep.Damage, Damage{Where: path,
 				What: fmt.Sprintf("pool object %s, %s %s, is missing", o, what, joinRefs(users[o])),
 				Do:   do + "; bring the object back from a backup (or write the same content again in any workspace), or remove the snapshots"})

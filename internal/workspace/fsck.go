@@ -105,6 +105,16 @@ type CheckOptions struct {
 	// (see ship.FetchState): it is counted in Report.NotFetched, not
 	// reported missing. Check never fetches.
 	NotFetched func(objid.ID) bool
+	// Shipped is the highest group the workspace's remote holds (its
+	// shipper's status, ship.json; 0 without a remote tier), and Remote
+	// names that remote. A cut of the log below it is not repairable: the
+	// workspace would go on committing new groups under numbers the
+	// remote already holds with other contents, so the remote's copy
+	// would mix the two histories (and the shipper, which ships by group
+	// number, would skip the new ones). The remote holds the groups the
+	// cut would drop: the advice is to pull the workspace again.
+	Shipped uint64
+	Remote  string
 }
 
 // Check inspects the workspace in opts.Dir and reports every problem it
@@ -257,7 +267,7 @@ func check(opts CheckOptions) (*Report, error) {
 			p.What += fmt.Sprintf("; every group before the damage is covered by the checkpoint of group %d, the groups after it are lost", rep.CheckpointGroup)
 			p.Do = fmt.Sprintf("wsfs fsck --repair saves a copy of the segments and starts the log afresh after the checkpoint's group %d; the workspace mounts as it was at that group", rep.CheckpointGroup)
 		}
-		add(p)
+		add(shippedBeyondCut(p, opts, max(l.LastGroup(), rep.CheckpointGroup)))
 	}
 	if l.Damage() != nil {
 		lost = l.LostRecords()
@@ -271,9 +281,10 @@ func check(opts CheckOptions) (*Report, error) {
 	// Replay onto the checkpoint.
 	rep.LastGroup = rep.CheckpointGroup
 	if l.Damage() == nil && l.LastGroup() < rep.CheckpointGroup {
-		add(Problem{Kind: ProblemReplay, Where: logDir, cut: true, Repairable: true,
+		add(shippedBeyondCut(Problem{Kind: ProblemReplay, Where: logDir, cut: true, Repairable: true,
 			What: fmt.Sprintf("the log ends at group %d, before the checkpoint of group %d (segments were removed or moved aside): the mount refuses", l.LastGroup(), rep.CheckpointGroup),
-			Do:   fmt.Sprintf("wsfs fsck --repair saves a copy of the segments and starts the log afresh after group %d; the workspace mounts as the checkpoint holds it", rep.CheckpointGroup)})
+			Do:   fmt.Sprintf("wsfs fsck --repair saves a copy of the segments and starts the log afresh after group %d; the workspace mounts as the checkpoint holds it", rep.CheckpointGroup)},
+			opts, rep.CheckpointGroup))
 	} else if len(damagedCkpts) > 0 && rep.CheckpointGroup+1 < rep.FirstGroup {
 		// Already reported: without the damaged checkpoint the log cannot
 		// be replayed (its first groups are gone).
@@ -493,6 +504,24 @@ func compactStrings(s []string) []string {
 		}
 	}
 	return out
+}
+
+// shippedBeyondCut returns p, a cut of the log after group last, made
+// not repairable when the remote holds groups past last (see
+// CheckOptions.Shipped): the workspace is pulled again instead, which
+// loses nothing that was shipped.
+func shippedBeyondCut(p Problem, opts CheckOptions, last uint64) Problem {
+	if opts.Shipped <= last {
+		return p
+	}
+	remote := opts.Remote
+	if remote == "" {
+		remote = "the remote"
+	}
+	p.Repairable = false
+	p.What += fmt.Sprintf("; %s holds every group through %d, so a cut after group %d would drop groups the remote has, and the workspace would then commit new groups under their numbers (the remote's copy would mix both histories)", remote, opts.Shipped, last)
+	p.Do = fmt.Sprintf("do not repair the local copy (fsck --repair will not touch it): pull the workspace again, which brings back every group through %d: stop its daemon and shipper, then wsfs rm NAME, then wsfs pull NAME", opts.Shipped)
+	return p
 }
 
 // Repair fixes what rep found that can be fixed without losing more data,

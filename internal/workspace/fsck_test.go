@@ -486,3 +486,47 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// TestFsckNoCutBelowShipped: damage in the log of a workspace whose remote
+// holds groups past the cut point is not repaired by cutting (the
+// workspace would reuse the numbers of groups the remote holds, and its
+// remote copy would mix two histories): fsck says to pull it again and
+// Repair leaves the log as it is. A remote that holds nothing past the cut
+// point does not stop the repair.
+func TestFsckNoCutBelowShipped(t *testing.T) {
+	f := newFsckFixture(t, nil)
+	seg := segFiles(t, f.e)[0]
+	b, err := f.e.fs.Open(seg)
+	noErr(t, err)
+	st, _ := b.Stat()
+	data := make([]byte, st.Size())
+	_, _ = b.ReadAt(data, 0)
+	b.Close()
+	flipAt(t, f.e.fs, seg, int64(strings.Index(string(data), "small file")))
+
+	o := f.opts()
+	o.Shipped, o.Remote = 1000, "s3://b/p"
+	rep, err := Check(o)
+	noErr(t, err)
+	ps := only(t, rep, ProblemLog)
+	if ps[0].Repairable || !strings.Contains(ps[0].What, "s3://b/p holds every group through 1000") || !strings.Contains(ps[0].Do, "wsfs pull NAME") {
+		t.Fatalf("log damage below the shipped group: %+v; want not repairable, naming the remote and the pull", ps[0])
+	}
+	did, err := Repair(o, rep, "/host/saved")
+	if err != nil || len(did) != 0 {
+		t.Fatalf("Repair did %q, %v; want nothing", did, err)
+	}
+	if after, err := f.e.fs.Stat(seg); err != nil || after.Size() != st.Size() {
+		t.Fatalf("the segment after a refused repair: %v, %v; want it untouched (%d bytes)", after, err, st.Size())
+	}
+
+	o.Shipped = rep.LastGroup // the remote holds nothing past the cut
+	rep, err = Check(o)
+	noErr(t, err)
+	if ps := only(t, rep, ProblemLog); !ps[0].Repairable {
+		t.Fatalf("log damage above the shipped group: %+v; want repairable", ps[0])
+	}
+	if _, err := Repair(o, rep, "/host/saved"); err != nil {
+		t.Fatal(err)
+	}
+}
