@@ -139,13 +139,13 @@ type Shipper struct {
 	logDir string
 	ckDir  string
 
-	head     Head
-	loaded   bool
+	head   Head
+	loaded bool
 	// known: objects known to be in the bucket, with the time of the
 	// check (see fresh); written by the uploader's goroutines.
-	knownMu sync.Mutex
-	known   map[objid.ID]time.Time
-	merging *mergeJob // Run's background merge, if one runs
+	knownMu  sync.Mutex
+	known    map[objid.ID]time.Time
+	merging  *mergeJob // Run's background merge, if one runs
 	tails    map[uint64]*seglog.Tail
 	buf      []group // durable groups read but not yet shipped, in order
 	failed   error   // sticky: a local sync failed, or another writer changed the head
