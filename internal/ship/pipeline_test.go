@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,26 +77,27 @@ func TestPipelineSmallAfterLarge(t *testing.T) {
 	e := newEnvSeg(t, 21, 64<<20)
 	defer e.ws.Close()
 	rng := rand.New(rand.NewPCG(21, 1))
-	held := make(chan string, 1) // the key whose PUT is held
+	var mu sync.Mutex
+	held := "" // the key whose PUT is held (once)
 	holding := make(chan struct{}, 1)
 	release := make(chan struct{})
 	f := &remote.Faulty{Store: srv.Store(t, "pipeline")}
 	f.Hook = func(op, key string, n int) error {
-		select {
-		case k := <-held:
-			if op != "put" || key != k {
-				held <- k
-				return nil
-			}
-			holding <- struct{}{}
-			select {
-			case <-release:
-				return nil
-			case <-time.After(time.Minute):
-				return errors.New("the held upload was never released")
-			}
-		default:
+		mu.Lock()
+		hold := op == "put" && key == held
+		if hold {
+			held = ""
+		}
+		mu.Unlock()
+		if !hold {
 			return nil
+		}
+		holding <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-time.After(time.Minute):
+			return errors.New("the held upload was never released")
 		}
 	}
 	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Parallel: 2})
@@ -114,7 +116,9 @@ func TestPipelineSmallAfterLarge(t *testing.T) {
 	if len(largeIDs) < 2 {
 		t.Fatalf("the large file has %d objects, want several", len(largeIDs))
 	}
-	held <- remote.ObjectKey(largeIDs[0].String())
+	mu.Lock()
+	held = remote.ObjectKey(largeIDs[0].String())
+	mu.Unlock()
 	if g, err := sh.step(ctx, up); err != nil || g != base {
 		t.Fatalf("step after the large group: group %d, %v; want %d (its objects are not up yet)", g, err, base)
 	}
