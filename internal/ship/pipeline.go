@@ -1,6 +1,7 @@
 package ship
 
 import (
+	"container/heap"
 	"context"
 	"sync"
 	"time"
@@ -79,10 +80,16 @@ type uploader struct {
 	changed chan struct{} // one token after any job finished
 
 	mu      sync.Mutex
-	queue   []upJob
+	queue   upQueue           // a heap: the lowest priority first
 	busy    map[objid.ID]bool // queued or running
-	failed  map[objid.ID]error
+	failed  map[objid.ID]upFailure
 	running int
+}
+
+type upFailure struct {
+	err   error
+	prio  uint64
+	taken bool // reported by a step (takeErr)
 }
 
 type upJob struct {
@@ -90,10 +97,25 @@ type upJob struct {
 	prio uint64
 }
 
+// upQueue is a container/heap of jobs, the lowest prio on top (a backlog
+// of many thousand objects after an outage stays cheap to pick from).
+type upQueue []upJob
+
+func (q upQueue) Len() int           { return len(q) }
+func (q upQueue) Less(i, j int) bool { return q[i].prio < q[j].prio }
+func (q upQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *upQueue) Push(x any)        { *q = append(*q, x.(upJob)) }
+func (q *upQueue) Pop() any {
+	old := *q
+	j := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return j
+}
+
 func (s *Shipper) newUploader(ctx context.Context) *uploader {
 	ctx, cancel := context.WithCancel(ctx)
 	return &uploader{s: s, ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1),
-		busy: map[objid.ID]bool{}, failed: map[objid.ID]error{}}
+		busy: map[objid.ID]bool{}, failed: map[objid.ID]upFailure{}}
 }
 
 // close cancels the uploads under way and waits for them.
@@ -106,16 +128,16 @@ func (u *uploader) close() {
 // one token waits in it).
 func (u *uploader) Changed() <-chan struct{} { return u.changed }
 
-// submit queues id unless it is queued, running, or failed with an error
-// no step has taken yet.
+// submit queues id unless it is queued, running, or failed (a failure
+// is submitted again by retryTaken, after a step reported it).
 func (u *uploader) submit(id objid.ID, prio uint64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.busy[id] || u.failed[id] != nil {
+	if _, failed := u.failed[id]; failed || u.busy[id] {
 		return
 	}
 	u.busy[id] = true
-	u.queue = append(u.queue, upJob{id, prio})
+	heap.Push(&u.queue, upJob{id, prio})
 	if u.running < u.s.opts.Parallel {
 		u.running++
 		u.wg.Add(1)
@@ -123,14 +145,38 @@ func (u *uploader) submit(id objid.ID, prio uint64) {
 	}
 }
 
-// takeErr returns the error of id's failed upload, if any, and forgets it
-// (the next submit tries again).
-func (u *uploader) takeErr(id objid.ID) error {
+// takeErr returns the error of a failed upload no step has reported yet
+// (nil if none), and marks every failure so far reported.
+func (u *uploader) takeErr() error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	err := u.failed[id]
-	delete(u.failed, id)
-	return err
+	var first error
+	for id, f := range u.failed {
+		if !f.taken {
+			if first == nil {
+				first = f.err
+			}
+			f.taken = true
+			u.failed[id] = f
+		}
+	}
+	return first
+}
+
+// retryTaken submits again every failed upload a step has reported.
+func (u *uploader) retryTaken() {
+	u.mu.Lock()
+	var again []upJob
+	for id, f := range u.failed {
+		if f.taken {
+			again = append(again, upJob{id, f.prio})
+			delete(u.failed, id)
+		}
+	}
+	u.mu.Unlock()
+	for _, j := range again {
+		u.submit(j.id, j.prio)
+	}
 }
 
 func (u *uploader) work() {
@@ -146,15 +192,7 @@ func (u *uploader) work() {
 			u.mu.Unlock()
 			return
 		}
-		best := 0
-		for i, j := range u.queue {
-			if j.prio < u.queue[best].prio {
-				best = i
-			}
-		}
-		j := u.queue[best]
-		u.queue[best] = u.queue[len(u.queue)-1]
-		u.queue = u.queue[:len(u.queue)-1]
+		j := heap.Pop(&u.queue).(upJob)
 		u.mu.Unlock()
 
 		at, err := u.s.uploadObject(u.ctx, j.id)
@@ -164,7 +202,7 @@ func (u *uploader) work() {
 		u.mu.Lock()
 		delete(u.busy, j.id)
 		if err != nil {
-			u.failed[j.id] = err
+			u.failed[j.id] = upFailure{err: err, prio: j.prio}
 		}
 		u.mu.Unlock()
 		select {
@@ -184,26 +222,43 @@ func (u *uploader) wait(ctx context.Context) error {
 	}
 }
 
-// objectsReady submits every object of ids that is not fresh and returns
-// whether all are fresh, and the first failure a step had not taken yet
-// (taken now: the object is submitted again by the next call).
-func (u *uploader) objectsReady(ids []objid.ID, prio uint64, now time.Time) (bool, error) {
-	ready := true
-	var first error
+// submitStale submits every object of ids that is not fresh at now.
+func (u *uploader) submitStale(ids []objid.ID, prio uint64, now time.Time) {
 	for _, id := range ids {
-		if u.s.fresh(id, now) {
-			continue
+		if !u.s.fresh(id, now) {
+			u.submit(id, prio)
 		}
-		ready = false
-		if err := u.takeErr(id); err != nil {
-			if first == nil {
-				first = err
-			}
-			continue
-		}
-		u.submit(id, prio)
 	}
-	return ready, first
+}
+
+// scanFresh returns the index of the first object of ids from i on that
+// is not fresh at now (len(ids) if none), and submits that one. Callers
+// keep the index, so that waiting for a long list costs one pass over it.
+func (u *uploader) scanFresh(ids []objid.ID, i int, prio uint64, now time.Time) int {
+	for ; i < len(ids); i++ {
+		if !u.s.fresh(ids[i], now) {
+			u.submit(ids[i], prio)
+			return i
+		}
+	}
+	return i
+}
+
+// firstStale is scanFresh from the start that submits every object that
+// is not fresh, not only the first: the check just before a head (or a
+// snapshot entry) names the objects, since the scans may be older than
+// aheadLimit in a long round. -1: all fresh.
+func (u *uploader) firstStale(ids []objid.ID, prio uint64, now time.Time) int {
+	first := -1
+	for i, id := range ids {
+		if !u.s.fresh(id, now) {
+			u.submit(id, prio)
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	return first
 }
 
 // uploadObjects makes every object of ids present (and fresh) in the
@@ -215,13 +270,16 @@ func (s *Shipper) uploadObjects(ctx context.Context, ids map[objid.ID]struct{}) 
 	}
 	u := s.newUploader(ctx)
 	defer u.close()
+	u.submitStale(list, 0, s.opts.Now())
+	at := 0
 	for {
-		ready, err := u.objectsReady(list, 0, s.opts.Now())
-		if err != nil {
+		if err := u.takeErr(); err != nil {
 			return err
 		}
-		if ready {
-			return nil
+		if at = u.scanFresh(list, at, 0, s.opts.Now()); at == len(list) {
+			if at = u.firstStale(list, 0, s.opts.Now()); at < 0 {
+				return nil
+			}
 		}
 		if err := u.wait(ctx); err != nil {
 			return err

@@ -68,6 +68,10 @@ type group struct {
 	seenAt  time.Time
 	ids     []objid.ID // the objects its records set as content
 	idsRead bool
+	// Pipeline (pipeline.go): the uploader its objects were submitted
+	// to; ids[:freshTo] were fresh when last scanned.
+	submitted *uploader
+	freshTo   int
 }
 
 // groupObjects fills g.ids (once).
@@ -396,40 +400,64 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 			return s.head.Group, err
 		}
 	}
-	var groups []group
-	for _, g := range s.buf {
-		if ck == nil || g.n > ck.group {
-			groups = append(groups, g)
+	// groups: the pending groups after the checkpoint (a part of s.buf,
+	// whose scan state they keep across steps).
+	k := 0
+	for k < len(s.buf) && ck != nil && s.buf[k].n <= ck.group {
+		k++
+	}
+	groups := s.buf[k:]
+	up.retryTaken() // the failures the previous step reported
+	now := s.opts.Now()
+	up.submitStale(ckIDs, 0, now)
+	for i := range groups {
+		if g := &groups[i]; g.submitted != up {
+			up.submitStale(g.ids, g.n, now)
+			g.submitted = up
 		}
 	}
 	var ship []group
 	var objErr error
-	var ckReady bool
+	ckAt, r := 0, 0
 	for {
-		now := s.opts.Now()
-		ok, err := up.objectsReady(ckIDs, 0, now)
-		ckReady, objErr = ok, err
-		ready := len(groups)
-		for i, g := range groups {
-			ok, err := up.objectsReady(g.ids, g.n, now)
-			if objErr == nil {
-				objErr = err
+		objErr = up.takeErr()
+		now = s.opts.Now()
+		ckAt = up.scanFresh(ckIDs, ckAt, 0, now)
+		for r < len(groups) {
+			g := &groups[r]
+			if g.freshTo = up.scanFresh(g.ids, g.freshTo, g.n, now); g.freshTo < len(g.ids) {
+				break
 			}
-			if !ok && ready == len(groups) {
-				ready = i
-			}
+			r++
 		}
-		if !ckReady {
+		ready := r
+		if ckAt < len(ckIDs) {
 			ready = 0
 		}
-		ship = groups[:ready]
-		if !all || objErr != nil || (ckReady && ready == len(groups)) {
-			break
+		done := ckAt == len(ckIDs) && ready == len(groups)
+		if done || !all || objErr != nil {
+			// What the head will name must be fresh now (the scans may
+			// be older than aheadLimit in a long round).
+			now = s.opts.Now()
+			if i := up.firstStale(ckIDs, 0, now); i >= 0 {
+				ckAt, ready, done = i, 0, false
+			}
+			for j := 0; j < ready; j++ {
+				if i := up.firstStale(groups[j].ids, groups[j].n, now); i >= 0 {
+					groups[j].freshTo, r, ready, done = i, j, j, false
+					break
+				}
+			}
+			ship = groups[:ready]
+			if done || !all || objErr != nil {
+				break
+			}
 		}
 		if err := up.wait(ctx); err != nil {
 			return s.head.Group, err
 		}
 	}
+	ckReady := ckAt == len(ckIDs)
 	if objErr != nil {
 		var me *pool.MissingObjectError
 		if errors.As(objErr, &me) {
@@ -490,7 +518,7 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		return s.head.Group, err
 	}
 	s.head = nh
-	now := s.opts.Now()
+	now = s.opts.Now()
 	i = 0
 	var lastSeen time.Time
 	s.mu.Lock()
