@@ -33,9 +33,11 @@ import (
 // older than the grace. An object is usable for a head (fresh) only while
 // less than aheadLimit has passed since this shipper last checked it (a
 // HEAD that found it at most RefreshAfter old, or the start of its PUT);
-// an older check is redone before a head names the object. So every
-// object a head newly names was modified at most aheadLimit+RefreshAfter
-// before that head was written — the bound gc.go's argument needs.
+// an older check is redone before a head names the object (a step checks
+// the prefix it ships once more just before uploading its batches). So
+// every object a head newly names was modified at most
+// aheadLimit+RefreshAfter before that head was written (plus the step's
+// batch upload) — the bound gc.go's argument needs.
 //
 // A failed upload is kept as failed until a step takes its error: the
 // step reports it (Stats.Errors, LastError; Run backs off) and submits
