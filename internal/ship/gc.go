@@ -43,12 +43,19 @@ type GCStats struct {
 // is, so the argument below covers snapshots shipped after the mark;
 // snapshot entries themselves are never removed by GC (only by the
 // shipper, when the local catalog drops them). A shipper uploads the
-// objects, batches and checkpoint a head names before that head, within
-// one round (far shorter than the grace), so whatever a head written after
-// the mark will name is younger than the grace — except objects the
-// shipper found present from long ago: those it uploads again when they
-// are older than RefreshAfter (half the default grace), which makes them
-// young. A pull that read a head just before GC removed a batch that head
+// objects, batches and checkpoint a head names before that head. Batches
+// and checkpoints are uploaded within one round (far shorter than the
+// grace; a merge done in the background is named only while younger than
+// the shipper's aheadLimit). An object a head newly names was checked
+// (HEAD or PUT) at most aheadLimit before the step that writes the head
+// (max(RefreshAfter/2, 1 min): Run uploads objects ahead of the head, and
+// a check that old is redone), and a HEAD accepts it only if it was
+// modified at most RefreshAfter before; an older one is uploaded again,
+// which makes it young. So whatever a head written after the mark names
+// was modified at most aheadLimit+RefreshAfter (3/4 of the default grace)
+// before that head: with a grace of at least twice RefreshAfter and a GC
+// far shorter than a quarter of the grace, it is younger than the grace
+// when GC sweeps. A pull that read a head just before GC removed a batch that head
 // named (superseded since) fails with "missing" and is retried. The agent
 // state replicas (P/agent/) are Litestream's and left alone. With dryRun
 // nothing is deleted.

@@ -100,6 +100,14 @@ func (s *Shipper) Run(ctx context.Context, ro RunOptions) error {
 			defer wake.Close()
 		}
 	}
+	// The pipeline (pipeline.go): object uploads run in the background
+	// across steps; a step ships the prefix that is ready.
+	up := s.newUploader(ctx)
+	stopPipeline := func() {
+		up.close()
+		s.waitMerge()
+	}
+	defer stopPipeline()
 	wait := ro.Interval
 	lastErr := ""
 	var lastStatus time.Time
@@ -108,7 +116,8 @@ func (s *Shipper) Run(ctx context.Context, ro RunOptions) error {
 		// Armed before the round reads the log: a commit after that read
 		// wakes the next round at once.
 		woken := wake.Armed()
-		shipped, err := s.Round(ctx)
+		progress := up.Changed()
+		shipped, err := s.step(ctx, up)
 		if s.failed != nil {
 			s.writeStatus(ro)
 			s.wakeWaiters(ro)
@@ -137,12 +146,15 @@ func (s *Shipper) Run(ctx context.Context, ro RunOptions) error {
 		}
 		lastShipped = shipped
 		if err != nil {
-			woken = nil // backing off: a commit does not shorten the wait
+			// Backing off: neither a commit nor an upload finished
+			// shortens the wait.
+			woken, progress = nil, nil
 		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			stopPipeline()
 			fctx, cancel := context.WithTimeout(context.Background(), ro.FinalTimeout)
 			g, err := s.Round(fctx)
 			cancel()
@@ -153,6 +165,8 @@ func (s *Shipper) Run(ctx context.Context, ro RunOptions) error {
 			}
 			return nil
 		case <-woken:
+			timer.Stop()
+		case <-progress:
 			timer.Stop()
 		case <-timer.C:
 		}

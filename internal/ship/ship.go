@@ -24,12 +24,13 @@
 //
 // # Order: the remote is never ahead of what a restore can use
 //
-// One round ships, in this order, and each step only after the previous
-// ones returned:
+// A head names a group only after, in this order, each step only after
+// the previous ones returned:
 //
-//  1. the pool objects the round's groups (and checkpoint, if one is
-//     shipped) reference: HEAD, then PUT if absent, keyed by hash
-//     (remote.ObjectKey), so they dedupe across workspaces and hosts;
+//  1. the pool objects that group and every earlier one (and the
+//     checkpoint, if one is shipped) reference: HEAD, then PUT if absent,
+//     keyed by hash (remote.ObjectKey), so they dedupe across workspaces
+//     and hosts;
 //  2. the checkpoint file, when one is needed (the segments holding the
 //     next group were deleted locally, or the head lists too many
 //     batches);
@@ -38,6 +39,13 @@
 //     batches that bring it to the last shipped group;
 //  5. the snapshots whose group the head now names: their objects, then
 //     their catalog entries (snapshots.go, "Snapshots in the bucket").
+//
+// Round does these for every durable group, waiting for all their
+// objects. Run pipelines them (pipeline.go): objects are uploaded in the
+// background as groups are read, lowest group first, and each step ships
+// the longest prefix of pending groups whose objects are all up — so a
+// group waits for the objects of the groups before it, never for those
+// after it.
 //
 // A restore reads only what the head names, so a crash or an error between
 // any two uploads leaves the previous head, whose every referenced file and

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -65,6 +66,36 @@ type group struct {
 	records [][]byte
 	size    int
 	seenAt  time.Time
+	ids     []objid.ID // the objects its records set as content
+	idsRead bool
+	// Pipeline (pipeline.go): the uploader its objects were submitted
+	// to; ids[:freshTo] were fresh when last scanned.
+	submitted *uploader
+	freshTo   int
+}
+
+// groupObjects fills g.ids (once).
+func (s *Shipper) groupObjects(g *group) error {
+	if g.idsRead {
+		return nil
+	}
+	seen := map[objid.ID]bool{}
+	for i, data := range g.records {
+		r, err := namespace.DecodeRecord(data)
+		if err != nil {
+			return fmt.Errorf("ship %s: group %d record %d: %w", s.opts.Name, g.n, i, err)
+		}
+		if r.Op == namespace.OpSetContent {
+			r.Content.Objects(func(id objid.ID) {
+				if !seen[id] {
+					seen[id] = true
+					g.ids = append(g.ids, id)
+				}
+			})
+		}
+	}
+	g.idsRead = true
+	return nil
 }
 
 // Stats describe a Shipper's progress; Status embeds them.
@@ -112,9 +143,13 @@ type Shipper struct {
 	logDir string
 	ckDir  string
 
-	head     Head
-	loaded   bool
-	known    map[objid.ID]struct{} // objects known to be in the bucket
+	head   Head
+	loaded bool
+	// known: objects known to be in the bucket, with the time of the
+	// check (see fresh); written by the uploader's goroutines.
+	knownMu  sync.Mutex
+	known    map[objid.ID]time.Time
+	merging  *mergeJob // Run's background merge, if one runs
 	tails    map[uint64]*seglog.Tail
 	buf      []group // durable groups read but not yet shipped, in order
 	failed   error   // sticky: a local sync failed, or another writer changed the head
@@ -164,7 +199,7 @@ func New(opts Options) *Shipper {
 	}
 	return &Shipper{opts: opts, lg: opts.Logger.With("workspace", opts.Name, "remote", opts.Store.String()),
 		logDir: filepath.Join(opts.Dir, "log"), ckDir: filepath.Join(opts.Dir, "checkpoint"),
-		known: map[objid.ID]struct{}{}, tails: map[uint64]*seglog.Tail{}}
+		known: map[objid.ID]time.Time{}, tails: map[uint64]*seglog.Tail{}}
 }
 
 // HeadKey is the key of workspace name's head.
@@ -211,7 +246,20 @@ func readHead(ctx context.Context, st remote.Store, name string) (Head, string, 
 // returns the last shipped group. An error leaves the remote at its
 // previous head (see the package doc); the next Round retries.
 func (s *Shipper) Round(ctx context.Context) (uint64, error) {
-	shipped, err := s.round(ctx)
+	up := s.newUploader(ctx)
+	defer up.close()
+	return s.account(s.round(ctx, up, true))
+}
+
+// step is one step of Run's pipeline (pipeline.go): it reads the log,
+// hands every pending group's objects to up, and ships the prefix whose
+// objects are all in the bucket, without waiting for the others.
+func (s *Shipper) step(ctx context.Context, up *uploader) (uint64, error) {
+	return s.account(s.round(ctx, up, false))
+}
+
+// account records a round's outcome in the statistics.
+func (s *Shipper) account(shipped uint64, err error) (uint64, error) {
 	s.mu.Lock()
 	s.stats.Rounds++
 	if s.stats.ConsecutiveFails > 0 {
@@ -236,7 +284,10 @@ func (s *Shipper) Round(ctx context.Context) (uint64, error) {
 	return shipped, err
 }
 
-func (s *Shipper) round(ctx context.Context) (uint64, error) {
+// round ships the durable groups: with all, every one (waiting for their
+// objects); else the prefix whose objects are in the bucket already (the
+// others' objects are submitted to up).
+func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, error) {
 	if s.failed != nil {
 		return s.head.Group, s.failed
 	}
@@ -279,6 +330,11 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	if s.head.Group > s.local {
 		return s.head.Group, fmt.Errorf("ship %s: the remote has group %d but the local log ends at group %d: this host's copy is older than the remote's (another host wrote the workspace); remove it (wsfs rm) and pull it again", s.opts.Name, s.head.Group, s.local)
 	}
+	if !all {
+		if err := s.finishMerge(ctx, false); err != nil {
+			return s.head.Group, err
+		}
+	}
 	next := s.head.Group + 1
 	// Drop what is already shipped (a restart reads the log from its
 	// first segment).
@@ -290,7 +346,9 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 
 	var ck *localCheckpoint
 	gap := len(s.buf) > 0 && s.buf[0].n > next
-	compact := (len(s.head.Batches) >= s.opts.CompactBatches || s.needCkpt) && len(s.buf) > 0
+	// (Run merges the head's batches in the background: no checkpoint
+	// while that merge may still shorten the head.)
+	compact := (len(s.head.Batches) >= s.opts.CompactBatches && s.merging == nil || s.needCkpt) && len(s.buf) > 0
 	// ahead: the local log is past the head with no group to ship; the
 	// groups in between are only in a checkpoint (a workspace pulled with
 	// --at starts from a checkpoint one group past the remote head).
@@ -319,44 +377,104 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 	if ck == nil && len(s.buf) == 0 {
 		return s.head.Group, s.shipSnapshots(ctx)
 	}
-	var groups []group
-	for _, g := range s.buf {
-		if ck == nil || g.n > ck.group {
-			groups = append(groups, g)
-		}
-	}
 
-	// 1. Objects.
-	ids := map[objid.ID]struct{}{}
+	// 1. Objects: every pending group's (and the checkpoint's) go to the
+	// uploader, lowest group first; ship is the prefix of groups whose
+	// objects are all fresh in the bucket (all: wait for every group).
+	var ckIDs []objid.ID
 	if ck != nil {
+		seen := map[objid.ID]bool{}
 		for _, n := range ck.tree.Inodes() {
 			if n.IsReg() {
-				n.Content.Objects(func(id objid.ID) { ids[id] = struct{}{} })
+				n.Content.Objects(func(id objid.ID) {
+					if !seen[id] {
+						seen[id] = true
+						ckIDs = append(ckIDs, id)
+					}
+				})
 			}
 		}
 	}
-	for _, g := range groups {
-		for i, data := range g.records {
-			r, err := namespace.DecodeRecord(data)
-			if err != nil {
-				return s.head.Group, fmt.Errorf("ship %s: group %d record %d: %w", s.opts.Name, g.n, i, err)
-			}
-			if r.Op == namespace.OpSetContent {
-				r.Content.Objects(func(id objid.ID) { ids[id] = struct{}{} })
-			}
+	for i := range s.buf {
+		if err := s.groupObjects(&s.buf[i]); err != nil {
+			return s.head.Group, err
 		}
 	}
-	if err := s.uploadObjects(ctx, ids); err != nil {
+	// groups: the pending groups after the checkpoint (a part of s.buf,
+	// whose scan state they keep across steps).
+	k := 0
+	for k < len(s.buf) && ck != nil && s.buf[k].n <= ck.group {
+		k++
+	}
+	groups := s.buf[k:]
+	up.retryTaken() // the failures the previous step reported
+	now := s.opts.Now()
+	up.submitStale(ckIDs, 0, now)
+	for i := range groups {
+		if g := &groups[i]; g.submitted != up {
+			up.submitStale(g.ids, g.n, now)
+			g.submitted = up
+		}
+	}
+	var ship []group
+	var objErr error
+	ckAt, r := 0, 0
+	for {
+		objErr = up.takeErr()
+		now = s.opts.Now()
+		ckAt = up.scanFresh(ckIDs, ckAt, 0, now)
+		for r < len(groups) {
+			g := &groups[r]
+			if g.freshTo = up.scanFresh(g.ids, g.freshTo, g.n, now); g.freshTo < len(g.ids) {
+				break
+			}
+			r++
+		}
+		ready := r
+		if ckAt < len(ckIDs) {
+			ready = 0
+		}
+		done := ckAt == len(ckIDs) && ready == len(groups)
+		if done || !all || objErr != nil {
+			// What the head will name must be fresh now (the scans may
+			// be older than aheadLimit in a long round).
+			now = s.opts.Now()
+			if i := up.firstStale(ckIDs, 0, now); i >= 0 {
+				ckAt, ready, done = i, 0, false
+			}
+			for j := 0; j < ready; j++ {
+				if i := up.firstStale(groups[j].ids, groups[j].n, now); i >= 0 {
+					groups[j].freshTo, r, ready, done = i, j, j, false
+					break
+				}
+			}
+			ship = groups[:ready]
+			if done || !all || objErr != nil {
+				break
+			}
+		}
+		if err := up.wait(ctx); err != nil {
+			return s.head.Group, err
+		}
+	}
+	ckReady := ckAt == len(ckIDs)
+	if objErr != nil {
 		var me *pool.MissingObjectError
-		if errors.As(err, &me) {
+		if errors.As(objErr, &me) {
 			// Local GC removed an object these groups reference (the
 			// shipper lagged by more than its grace): only a newer
 			// checkpoint, which no longer references it, can move on.
 			s.needCkpt = true
 		}
-		return s.head.Group, err
+		if all {
+			return s.head.Group, objErr
+		}
+	} else {
+		s.needCkpt = false
 	}
-	s.needCkpt = false
+	if ck != nil && !ckReady || ck == nil && len(ship) == 0 {
+		return s.head.Group, objErr // nothing to ship yet
+	}
 
 	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Checkpoint: s.head.Checkpoint, Batches: s.head.Batches}
 	// 2. Checkpoint.
@@ -385,7 +503,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		nh.Group = s.head.Group
 	}
 	// 3. Batches.
-	bs, err := s.uploadBatches(ctx, groups)
+	bs, err := s.uploadBatches(ctx, ship)
 	if err != nil {
 		return s.head.Group, err
 	}
@@ -400,7 +518,7 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		return s.head.Group, err
 	}
 	s.head = nh
-	now := s.opts.Now()
+	now = s.opts.Now()
 	i = 0
 	var lastSeen time.Time
 	s.mu.Lock()
@@ -424,10 +542,15 @@ func (s *Shipper) round(ctx context.Context) (uint64, error) {
 		// No newer checkpoint to restart from (else it would have been
 		// shipped above): merge the head's batches instead, so the head
 		// and a restore stay bounded. A failure only leaves the longer
-		// (valid) head in place.
-		if err := s.mergeBatches(ctx); err != nil {
+		// (valid) head in place. Run merges in the background.
+		if !all {
+			s.startMerge(up.ctx, up.changed)
+		} else if err := s.mergeBatches(ctx); err != nil {
 			s.lg.Warn("ship: merging the head's log batches failed; will retry", "err", err)
 		}
+	}
+	if objErr != nil {
+		return s.head.Group, objErr
 	}
 	return s.head.Group, s.shipSnapshots(ctx)
 }
@@ -511,28 +634,58 @@ func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
 // batches instead. Earlier, full batches are kept as they are, so a merge
 // uploads only the recent small batches again. If the local log no longer
 // holds those groups, a newer local checkpoint exists and the next round
-// ships it instead.
+// ships it instead. Run merges in the background instead (startMerge).
 func (s *Shipper) mergeBatches(ctx context.Context) error {
+	plan, ok := s.planMerge()
+	if !ok {
+		return nil
+	}
+	bs, err := s.uploadMerge(ctx, plan)
+	if err != nil || bs == nil {
+		return err
+	}
+	return s.applyMerge(ctx, plan.from, len(plan.old), bs)
+}
+
+// mergePlan is a merge of head batches old (from index from on) holding
+// groups after through last.
+type mergePlan struct {
+	from        int
+	old         []Batch
+	after, last uint64
+}
+
+// planMerge picks the head's trailing run of small batches, if it is long
+// enough to be worth merging.
+func (s *Shipper) planMerge() (mergePlan, bool) {
 	i := len(s.head.Batches)
 	for i > 0 && s.head.Batches[i-1].Size < int64(s.opts.BatchBytes/2) {
 		i--
 	}
 	if len(s.head.Batches)-i < max(2, s.opts.CompactBatches/2) {
-		return nil // not enough small batches to be worth it
+		return mergePlan{}, false // not enough small batches to be worth it
 	}
-	keep := s.head.Batches[:i]
 	from := s.head.Batches[i].First - 1
 	if s.head.Checkpoint != nil && s.head.Checkpoint.Group > from {
 		from = s.head.Checkpoint.Group
 	}
+	return mergePlan{from: i, old: slices.Clone(s.head.Batches[i:]), after: from, last: s.head.Group}, true
+}
+
+// uploadMerge reads the plan's groups from the local log and uploads them
+// as full batches, each with the ShippedAt of the old batch that held its
+// last group (so pull --at TIME stays exact). Nil batches: the local log
+// no longer holds them, or merging would not halve the batches. It reads
+// only the plan and the options (safe beside a step of Run).
+func (s *Shipper) uploadMerge(ctx context.Context, p mergePlan) ([]Batch, error) {
 	seqs, err := seglog.ListSegments(s.opts.FS, s.logDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var groups []group
 	for _, q := range seqs {
 		_, err := seglog.NewTail(s.opts.FS, s.logDir, q).Next(func(g uint64, recs [][]byte) error {
-			if g <= from || g > s.head.Group {
+			if g <= p.after || g > p.last {
 				return nil
 			}
 			if len(groups) > 0 && g != groups[len(groups)-1].n+1 {
@@ -545,39 +698,46 @@ func (s *Shipper) mergeBatches(ctx context.Context) error {
 			groups = append(groups, group{n: g, records: recs, size: size})
 			return nil
 		})
+		if errors.Is(err, seglog.ErrSegmentGone) {
+			return nil, nil // a checkpoint replaced it; the next round handles it
+		}
 		if err != nil {
-			return fmt.Errorf("merge batches: read %s: %w", seglog.SegmentName(q), err)
+			return nil, fmt.Errorf("merge batches: read %s: %w", seglog.SegmentName(q), err)
 		}
 	}
-	if len(groups) == 0 || groups[0].n != from+1 || groups[len(groups)-1].n != s.head.Group {
-		return nil // the local log moved on (a checkpoint); the next round handles it
+	if len(groups) == 0 || groups[0].n != p.after+1 || groups[len(groups)-1].n != p.last {
+		return nil, nil // the local log moved on (a checkpoint); the next round handles it
 	}
 	total := 0
 	for _, g := range groups {
 		total += g.size
 	}
-	if total/s.opts.BatchBytes+1 > (len(s.head.Batches)-i)/2 {
-		return nil // merging would not halve the small batches
+	if total/s.opts.BatchBytes+1 > len(p.old)/2 {
+		return nil, nil // merging would not halve the small batches
 	}
 	bs, err := s.uploadBatches(ctx, groups)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// A merged batch was shipped when the batch holding its last group
-	// was: keep that time, so pull --at TIME stays exact.
 	for j := range bs {
-		for _, ob := range s.head.Batches[i:] {
+		for _, ob := range p.old {
 			if ob.First <= bs[j].Last && bs[j].Last <= ob.Last {
 				bs[j].ShippedAt = ob.ShippedAt
 			}
 		}
 	}
-	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint,
-		Batches: append(append([]Batch(nil), keep...), bs...)}
+	return bs, nil
+}
+
+// applyMerge writes a head whose batches n from index from on are
+// replaced by bs (the same groups).
+func (s *Shipper) applyMerge(ctx context.Context, from, n int, bs []Batch) error {
+	nb := append(append(slices.Clone(s.head.Batches[:from]), bs...), s.head.Batches[from+n:]...)
+	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint, Batches: nb}
 	if err := s.putHead(ctx, &nh); err != nil {
 		return err
 	}
-	s.lg.Debug("ship: merged log batches", "from", len(s.head.Batches), "to", len(bs))
+	s.lg.Debug("ship: merged log batches", "from", n, "to", len(bs))
 	s.head = nh
 	s.mu.Lock()
 	s.stats.Merges++
@@ -717,71 +877,24 @@ func (s *Shipper) latestCheckpoint() (*localCheckpoint, error) {
 	return nil, nil
 }
 
-// uploadObjects makes every object of ids present in the bucket.
-func (s *Shipper) uploadObjects(ctx context.Context, ids map[objid.ID]struct{}) error {
-	var todo []objid.ID
-	for id := range ids {
-		if _, ok := s.known[id]; !ok {
-			todo = append(todo, id)
-		}
-	}
-	if len(todo) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	work := make(chan objid.ID)
-	var mu sync.Mutex
-	var firstErr error
-	var wg sync.WaitGroup
-	for range min(s.opts.Parallel, len(todo)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range work {
-				if err := s.uploadObject(ctx, id); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-						cancel()
-					}
-					mu.Unlock()
-					continue
-				}
-				mu.Lock()
-				s.known[id] = struct{}{}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, id := range todo {
-		select {
-		case work <- id:
-		case <-ctx.Done():
-		}
-	}
-	close(work)
-	wg.Wait()
-	if firstErr == nil && ctx.Err() != nil {
-		firstErr = ctx.Err()
-	}
-	return firstErr
-}
-
-func (s *Shipper) uploadObject(ctx context.Context, id objid.ID) error {
+// uploadObject makes object id present in the bucket (HEAD, then PUT if
+// absent or older than RefreshAfter) and returns the time of the check:
+// the object was modified at most RefreshAfter before it (see fresh).
+func (s *Shipper) uploadObject(ctx context.Context, id objid.ID) (time.Time, error) {
 	key := remote.ObjectKey(id.String())
+	at := s.opts.Now()
 	info, ok, err := s.opts.Store.Stat(ctx, key)
 	if err != nil {
-		return err
+		return at, err
 	}
 	// An object present from long ago may be what remote GC is about to
 	// sweep (nothing referenced it until now): upload it again, which
 	// makes it young, before a head references it (see GC).
-	if ok && s.opts.Now().Sub(info.Modified) < s.refreshAfter() {
+	if ok && at.Sub(info.Modified) < s.refreshAfter() {
 		s.mu.Lock()
 		s.stats.ObjectsPresent++
 		s.mu.Unlock()
-		return nil
+		return at, nil
 	}
 	data, err := s.opts.Pool.ReadAll(id) // verified against its hash
 	if ok && errors.As(err, new(*pool.MissingObjectError)) && s.notFetched(id) {
@@ -795,19 +908,19 @@ func (s *Shipper) uploadObject(ctx context.Context, id objid.ID) error {
 		s.mu.Lock()
 		s.stats.ObjectsRemoteOnly++
 		s.mu.Unlock()
-		return nil
+		return at, nil
 	}
 	if err != nil {
-		return fmt.Errorf("ship %s: read pool object %s to upload it: %w", s.opts.Name, id, err)
+		return at, fmt.Errorf("ship %s: read pool object %s to upload it: %w", s.opts.Name, id, err)
 	}
 	if err := s.opts.Store.Put(ctx, key, data); err != nil {
-		return err
+		return at, err
 	}
 	s.mu.Lock()
 	s.stats.ObjectsUploaded++
 	s.stats.BytesUploaded += int64(len(data))
 	s.mu.Unlock()
-	return nil
+	return at, nil
 }
 
 // notFetched reports whether id is listed in the workspace's FetchState

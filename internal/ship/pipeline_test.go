@@ -1,0 +1,259 @@
+package ship
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"wsfs/internal/objid"
+	"wsfs/internal/remote"
+	"wsfs/internal/remote/s3test"
+)
+
+// newObjects returns the objects the workspace references now that it did
+// not reference in before.
+func (e *env) newObjects(before map[objid.ID]bool) []objid.ID {
+	var out []objid.ID
+	e.ws.ForEachObject(func(id objid.ID) {
+		if !before[id] {
+			out = append(out, id)
+		}
+	})
+	return out
+}
+
+func (e *env) objects() map[objid.ID]bool {
+	m := map[objid.ID]bool{}
+	e.ws.ForEachObject(func(id objid.ID) { m[id] = true })
+	return m
+}
+
+func randData(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// waitFresh waits (bounded) until the uploader has made every object of
+// ids fresh in the bucket.
+func waitFresh(t *testing.T, sh *Shipper, up *uploader, ids ...objid.ID) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		all := true
+		for _, id := range ids {
+			if !sh.fresh(id, sh.opts.Now()) {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		select {
+		case <-up.Changed():
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("objects %v not uploaded within a minute", ids)
+		}
+	}
+}
+
+// TestPipelineSmallAfterLarge: a small group committed after a large one
+// does not wait for the large group's round. The remote holds the upload
+// of one object of the large group: meanwhile the pipeline uploads the
+// small group's object, and the head stays before the large group (it
+// never names a group whose objects are not all in the bucket). Once the
+// held upload completes, the next step ships both groups at once.
+func TestPipelineSmallAfterLarge(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnvSeg(t, 21, 64<<20)
+	defer e.ws.Close()
+	rng := rand.New(rand.NewPCG(21, 1))
+	var mu sync.Mutex
+	held := "" // the key whose PUT is held (once)
+	holding := make(chan struct{}, 1)
+	release := make(chan struct{})
+	f := &remote.Faulty{Store: srv.Store(t, "pipeline")}
+	f.Hook = func(op, key string, n int) error {
+		mu.Lock()
+		hold := op == "put" && key == held
+		if hold {
+			held = ""
+		}
+		mu.Unlock()
+		if !hold {
+			return nil
+		}
+		holding <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-time.After(time.Minute):
+			return errors.New("the held upload was never released")
+		}
+	}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Parallel: 2})
+	base, err := sh.Round(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := sh.newUploader(ctx)
+	defer up.close()
+
+	// The large group: 1 MiB in 4 chunk objects; the upload of one is held.
+	before := e.objects()
+	e.write("large", randData(rng, 1<<20))
+	large := e.commit()
+	largeIDs := e.newObjects(before)
+	if len(largeIDs) < 2 {
+		t.Fatalf("the large file has %d objects, want several", len(largeIDs))
+	}
+	mu.Lock()
+	held = remote.ObjectKey(largeIDs[0].String())
+	mu.Unlock()
+	if g, err := sh.step(ctx, up); err != nil || g != base {
+		t.Fatalf("step after the large group: group %d, %v; want %d (its objects are not up yet)", g, err, base)
+	}
+	select {
+	case <-holding:
+	case <-time.After(time.Minute):
+		t.Fatal("the large object's upload did not start")
+	}
+
+	// The small group, committed while the large one's upload is held.
+	before = e.objects()
+	e.write("small", randData(rng, 70<<10))
+	small := e.commit()
+	smallIDs := e.newObjects(before)
+	if len(smallIDs) != 1 || small != large+1 {
+		t.Fatalf("small group %d (large %d) with %d objects, want the next group with one", small, large, len(smallIDs))
+	}
+	if _, err := sh.step(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	// The pipeline uploads the small group's object (and the large
+	// group's other ones) while the held one is still under way...
+	waitFresh(t, sh, up, append(largeIDs[1:], smallIDs...)...)
+	if ok, err := f.Store.Exists(ctx, remote.ObjectKey(smallIDs[0].String())); err != nil || !ok {
+		t.Fatalf("the small group's object is not in the bucket while the large one's upload is held: %v, %v", ok, err)
+	}
+	// ...but the head cannot pass the large group.
+	if g, err := sh.step(ctx, up); err != nil || g != base {
+		t.Fatalf("step with the large object held: group %d, %v; want %d", g, err, base)
+	}
+	if h, _, err := ReadHead(ctx, f.Store, "ws"); err != nil || h.Group != base {
+		t.Fatalf("remote head at group %d (%v) while an object of group %d is not uploaded; want %d", h.Group, err, large, base)
+	}
+	e.verifyPull(f.Store, base)
+
+	// The held upload completes: one step ships both groups.
+	close(release)
+	waitFresh(t, sh, up, largeIDs[0])
+	if g, err := sh.step(ctx, up); err != nil || g != small {
+		t.Fatalf("step after the release: group %d, %v; want %d (both groups)", g, err, small)
+	}
+	e.verifyPull(f.Store, small)
+}
+
+// TestPipelineFaults is TestShipperFaults for Run's pipelined steps: an
+// error injected before any one remote operation (an object upload in the
+// background, a batch, the head, a merge), with the shipper either
+// stepping on or abandoned mid-pipeline and restarted (a killed process:
+// its uploads under way are cancelled), never leaves a remote that
+// restores to anything but a committed group, nor one that misses an
+// object; and the pipeline then ships everything. The uploads run
+// concurrently, so which operation the fault hits varies between runs;
+// the property holds for every one.
+func TestPipelineFaults(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	run := func(prefix string, failAt int, restart bool) (ops int) {
+		e := newEnv(t, 4)
+		defer func() { e.ws.Close() }()
+		f := &remote.Faulty{Store: srv.Store(t, prefix)}
+		injected := false
+		f.Hook = func(op, key string, n int) error {
+			if n == failAt {
+				injected = true
+				return errors.New("injected fault")
+			}
+			return nil
+		}
+		var sh *Shipper
+		var up *uploader
+		start := func() {
+			sh = New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, CompactBatches: 3})
+			up = sh.newUploader(ctx)
+		}
+		stop := func() {
+			up.close()
+			sh.waitMerge()
+		}
+		start()
+		for i := 0; i < 8; i++ {
+			e.step()
+			e.commit()
+			if i == 2 {
+				// Enough log for a checkpoint and deleted segments.
+				for range 6 {
+					e.step()
+					e.commit()
+				}
+			}
+			if i%2 == 1 {
+				// Let some uploads finish, so that heads, merges and
+				// faults interleave with uploads still under way.
+				select {
+				case <-up.Changed():
+				case <-time.After(time.Second):
+				}
+			}
+			_, err := sh.step(ctx, up)
+			if err != nil && (!injected || !strings.Contains(err.Error(), "injected fault")) {
+				t.Fatalf("fail at %d: step %d: %v", failAt, i, err)
+			}
+			// Whatever the pipeline did so far, the remote restores to a
+			// committed group with every object present.
+			e.verifyPull(f.Store, 0)
+			if err != nil && restart {
+				stop()
+				start()
+			}
+		}
+		// The fault is over: the pipeline ships everything.
+		want := e.ws.Stats().CommittedGroup
+		deadline := time.Now().Add(time.Minute)
+		for {
+			g, err := sh.step(ctx, up)
+			if err == nil && g == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fail at %d: the pipeline reached group %d (last error %v), want %d", failAt, g, err, want)
+			}
+			select {
+			case <-up.Changed():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		stop()
+		e.verifyPull(f.Store, want)
+		return f.Ops()
+	}
+	total := run("pipe-clean", -1, false)
+	t.Logf("a clean pipelined history makes %d remote operations", total)
+	// Every twelfth operation, alternately stepping on and restarting
+	// (TestShipperFaults covers every operation of the round order; this
+	// one the pipeline's interleavings, in a few seconds).
+	for k, n := 0, 0; n < total; k, n = k+1, n+12 {
+		run(fmt.Sprintf("pipe-fault-%d", n), n, k%2 == 1)
+	}
+}
