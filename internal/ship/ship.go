@@ -82,6 +82,15 @@ type Head struct {
 	// checkpoint's group; those groups are skipped).
 	Batches   []Batch   `json:"batches"`
 	ShippedAt time.Time `json:"shipped_at"`
+	// LastDigest identifies group Group as the shipping host's log held
+	// it (groupDigest); empty when the head's last group came from a
+	// checkpoint alone, or in heads written before it existed. A shipper
+	// compares it with its own log's group of that number before it
+	// ships anything after it: equal numbers with different contents
+	// mean the local copy and the remote's are two histories (a state
+	// directory restored from a backup, segments removed by hand), and
+	// shipping on would append one history onto the other.
+	LastDigest string `json:"last_digest,omitempty"`
 }
 
 // CheckpointRef names a shipped checkpoint file.

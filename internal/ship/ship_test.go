@@ -371,3 +371,53 @@ func TestHeadBounded(t *testing.T) {
 	}
 	e.verifyPull(st, ws.Stats().CommittedGroup)
 }
+
+// TestShipRefusesDivergedLog: a log whose group at the remote head's
+// number holds other records than the group shipped (another history with
+// the same group numbers) ships nothing and fails for good, naming the
+// divergence; the log that was shipped, read by a new shipper, verifies
+// and ships on.
+func TestShipRefusesDivergedLog(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "diverged")
+	ctx := context.Background()
+	a := newEnvSeg(t, 1, 64<<20)
+	defer func() { a.ws.Close() }()
+	for range 4 {
+		a.step()
+		a.commit()
+	}
+	shipped, err := New(Options{Dir: a.dir(), Name: "ws", Pool: a.pool, Store: st}).Round(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, ok, err := readHead(ctx, st, "ws")
+	if err != nil || !ok || h.Group != shipped || h.LastDigest == "" {
+		t.Fatalf("head after the round: %+v %v %v", h, ok, err)
+	}
+
+	b := newEnvSeg(t, 2, 64<<20) // same group numbers, other records
+	defer func() { b.ws.Close() }()
+	for b.ws.Stats().CommittedGroup < shipped+2 {
+		b.step()
+		b.commit()
+	}
+	sb := New(Options{Dir: b.dir(), Name: "ws", Pool: b.pool, Store: st})
+	for range 2 { // and it stays failed
+		if _, err := sb.Round(ctx); err == nil || !strings.Contains(err.Error(), "two different histories") {
+			t.Fatalf("round of a diverged log: %v; want a refusal naming the divergence", err)
+		}
+	}
+	if h2, _, _, err := readHead(ctx, st, "ws"); err != nil || h2.Group != shipped || h2.LastDigest != h.LastDigest {
+		t.Fatalf("head after the refused rounds: %+v, %v; want it unchanged at group %d", h2, err, shipped)
+	}
+
+	// The shipped log itself, by a restarted shipper, ships on.
+	a.step()
+	want := a.commit()
+	g, err := New(Options{Dir: a.dir(), Name: "ws", Pool: a.pool, Store: st}).Round(ctx)
+	if err != nil || g != want {
+		t.Fatalf("restarted shipper of the shipped log: group %d, %v; want %d", g, err, want)
+	}
+	a.verifyPull(st, want)
+}

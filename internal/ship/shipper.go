@@ -2,6 +2,9 @@ package ship
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,6 +148,9 @@ type Shipper struct {
 
 	head   Head
 	loaded bool
+	// verified: the head's LastDigest was compared with the local log
+	// (or could not be: the group is only in a checkpoint here).
+	verified bool
 	// known: objects known to be in the bucket, with the time of the
 	// check (see fresh); written by the uploader's goroutines.
 	knownMu  sync.Mutex
@@ -330,6 +336,15 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 	if s.head.Group > s.local {
 		return s.head.Group, fmt.Errorf("ship %s: the remote has group %d but the local log ends at group %d: this host's copy is older than the remote's (another host wrote the workspace); remove it (wsfs rm) and pull it again", s.opts.Name, s.head.Group, s.local)
 	}
+	if !s.verified {
+		if err := s.verifyHead(); err != nil {
+			s.failed = err
+			return s.head.Group, err
+		}
+		if !s.verified {
+			return s.head.Group, nil // the head's group is not read yet
+		}
+	}
 	if !all {
 		if err := s.finishMerge(ctx, false); err != nil {
 			return s.head.Group, err
@@ -512,6 +527,12 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		b.ShippedAt = shippedAt
 		nh.Batches = append(nh.Batches, b)
 		nh.Group = b.Last
+	}
+	switch {
+	case len(ship) > 0 && nh.Group == ship[len(ship)-1].n:
+		nh.LastDigest = groupDigest(ship[len(ship)-1].records)
+	case nh.Group == s.head.Group:
+		nh.LastDigest = s.head.LastDigest
 	}
 	// 4. Head.
 	if err := s.putHead(ctx, &nh); err != nil {
@@ -733,7 +754,7 @@ func (s *Shipper) uploadMerge(ctx context.Context, p mergePlan) ([]Batch, error)
 // replaced by bs (the same groups).
 func (s *Shipper) applyMerge(ctx context.Context, from, n int, bs []Batch) error {
 	nb := append(append(slices.Clone(s.head.Batches[:from]), bs...), s.head.Batches[from+n:]...)
-	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint, Batches: nb}
+	nh := Head{Version: HeadVersion, Workspace: s.opts.Name, Group: s.head.Group, Checkpoint: s.head.Checkpoint, Batches: nb, LastDigest: s.head.LastDigest}
 	if err := s.putHead(ctx, &nh); err != nil {
 		return err
 	}
@@ -948,3 +969,43 @@ func (s *Shipper) notFetched(id objid.ID) bool {
 }
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// groupDigest is Head.LastDigest of a group's records: SHA-256 over each
+// record's length (8 bytes, little-endian) and bytes, in hex.
+func groupDigest(records [][]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, r := range records {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(r)))
+		h.Write(n[:])
+		h.Write(r)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// verifyHead compares the remote head's LastDigest with the local log's
+// group of the same number (see Head.LastDigest). It runs once per
+// loaded head, before anything after that group is shipped; a mismatch
+// is permanent.
+func (s *Shipper) verifyHead() error {
+	if s.head.LastDigest == "" {
+		s.verified = true
+		return nil
+	}
+	for _, g := range s.buf {
+		if g.n != s.head.Group {
+			continue
+		}
+		if groupDigest(g.records) != s.head.LastDigest {
+			return fmt.Errorf("ship %s: the local log's group %d differs from the group %d the remote holds: this copy and the remote's are two different histories (a state directory restored from a backup, or log segments removed or repaired by hand?); nothing more is shipped from it. Keep the remote's: remove this copy (wsfs rm --force %s) and pull it again; keep this one: pull the remote's under another name first to save what only it has",
+				s.opts.Name, g.n, s.head.Group, s.opts.Name)
+		}
+		s.verified = true
+		return nil
+	}
+	if len(s.buf) == 0 || s.buf[0].n > s.head.Group {
+		// Only in a checkpoint here: nothing to compare.
+		s.verified = true
+	}
+	return nil
+}
