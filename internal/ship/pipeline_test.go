@@ -257,3 +257,80 @@ func TestPipelineFaults(t *testing.T) {
 		run(fmt.Sprintf("pipe-fault-%d", n), n, k%2 == 1)
 	}
 }
+
+// idle waits (bounded) until up has no upload queued or running.
+func idle(t *testing.T, up *uploader) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		up.mu.Lock()
+		n := up.running + len(up.queue)
+		up.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-up.Changed():
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the uploader did not go idle within a minute")
+		}
+	}
+}
+
+// TestPipelineLocalObjectGone is TestShipperLocalObjectGone for Run's
+// pipelined steps, whose uploader lives across steps: the upload of the
+// object local GC removed fails and is reported, a newer checkpoint is
+// shipped instead, and from then on the failed upload is not retried for
+// ever: an object no pending group needs any more is dropped, and the
+// steps succeed (a shipper stuck reporting it would back off to
+// MaxBackoff on every step, and every --remote-fsync with it).
+func TestPipelineLocalObjectGone(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "pipe-gone")
+	ctx := context.Background()
+	e, gone := goneObjectEnv(t)
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st})
+	up := sh.newUploader(ctx)
+	defer up.close()
+	want := e.ws.Stats().CommittedGroup
+	reported := false
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatalf("100 steps did not ship group %d (shipped %d, reported the gone object: %v)", want, sh.Shipped(), reported)
+		}
+		idle(t, up)
+		g, err := sh.step(ctx, up)
+		if err != nil {
+			if !strings.Contains(err.Error(), gone.String()) {
+				t.Fatalf("step %d: %v, want only errors naming %s", i, err, gone)
+			}
+			reported = true
+		}
+		if g == want && reported {
+			break
+		}
+	}
+	if sh.Stats().Checkpoints == 0 {
+		t.Fatal("no checkpoint shipped")
+	}
+	e.verifyPull(st, want)
+	// Shipped: the steps that follow (and the groups committed after)
+	// report nothing.
+	for i := range 3 {
+		e.step()
+		want = e.commit()
+		idle(t, up)
+		if _, err := sh.step(ctx, up); err != nil {
+			t.Fatalf("step %d after the checkpoint: %v", i, err)
+		}
+		idle(t, up)
+		if g, err := sh.step(ctx, up); err != nil || g != want {
+			t.Fatalf("second step %d after the checkpoint: group %d, %v; want %d", i, g, err, want)
+		}
+	}
+	if s := sh.Stats(); s.ConsecutiveFails != 0 {
+		t.Errorf("stats after the checkpoint: %+v, want no failure", s)
+	}
+	e.verifyPull(st, want)
+}
