@@ -72,9 +72,11 @@ type group struct {
 	ids     []objid.ID // the objects its records set as content
 	idsRead bool
 	// Pipeline (pipeline.go): the uploader its objects were submitted
-	// to; ids[:freshTo] were fresh when last scanned.
-	submitted *uploader
-	freshTo   int
+	// to, at which of its generations; ids[:freshTo] were fresh when
+	// last scanned.
+	submitted    *uploader
+	submittedGen uint64
+	freshTo      int
 }
 
 // groupObjects fills g.ids (once).
@@ -422,13 +424,15 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		k++
 	}
 	groups := s.buf[k:]
-	up.retryTaken() // the failures the previous step reported
+	// The failures the previous step reported are forgotten; what the
+	// pending groups still need is submitted again.
+	gen := up.forgetTaken()
 	now := s.opts.Now()
 	up.submitStale(ckIDs, 0, now)
 	for i := range groups {
-		if g := &groups[i]; g.submitted != up {
+		if g := &groups[i]; g.submitted != up || g.submittedGen != gen {
 			up.submitStale(g.ids, g.n, now)
-			g.submitted = up
+			g.submitted, g.submittedGen = up, gen
 		}
 	}
 	var ship []group
