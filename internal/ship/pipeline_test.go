@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
 	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
+	"wsfs/internal/workspace"
 )
 
 // newObjects returns the objects the workspace references now that it did
@@ -333,4 +335,116 @@ func TestPipelineLocalObjectGone(t *testing.T) {
 		t.Errorf("stats after the checkpoint: %+v, want no failure", s)
 	}
 	e.verifyPull(st, want)
+}
+
+// lostAnswer is a store whose conditional PUTs of the head succeed but,
+// when lose says so, report a failure (the answer was lost on the way
+// back: a reset connection, a timeout); when fail says so, one fails
+// without reaching the store.
+type lostAnswer struct {
+	remote.Store
+	lose func(h Head) bool
+	fail func() bool
+}
+
+func (l *lostAnswer) PutIf(ctx context.Context, key string, data []byte, ifMatch string) (string, error) {
+	if l.fail() {
+		return "", errors.New("connection refused (injected: the PUT was not sent)")
+	}
+	etag, err := l.Store.PutIf(ctx, key, data, ifMatch)
+	if h, derr := decodeHead(data); err == nil && derr == nil && l.lose(h) {
+		return "", errors.New("connection reset by peer (injected: the PUT was applied)")
+	}
+	return etag, err
+}
+
+// TestPipelineMergeAnswerLost: the head naming a background merge's
+// batches is written but its PUT's answer is lost, so the shipper still
+// believes in the head that lists the small batches. Remote GC runs
+// (its clock past the grace): the small batches are named by no head and
+// old, so it removes them. The shipper's next head must not name them
+// again (it is built on the head actually in the bucket): the remote
+// restores after every step. The first head PUT after the lost answer
+// fails before reaching the bucket: the head in the bucket is then the
+// one before last the shipper tried, still its own (not another
+// writer's).
+func TestPipelineMergeAnswerLost(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnvSeg(t, 41, 64<<20)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	lost, failed, most := false, false, 0
+	st := &lostAnswer{Store: srv.Store(t, "merge-lost"), lose: func(h Head) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		merge := len(h.Batches) < most
+		most = max(most, len(h.Batches))
+		if merge && !lost {
+			lost = true
+			return true
+		}
+		return false
+	}, fail: func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if lost && !failed {
+			failed = true
+			return true
+		}
+		return false
+	}}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st, CompactBatches: 8})
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	// One empty file (no object) per group and step: one small batch each.
+	create := func(i int) uint64 {
+		if _, err := e.ws.Create(workspace.RootIno, fmt.Sprintf("n%03d", i), namespace.S_IFREG|0o644, workspace.Caller{}); err != nil {
+			t.Fatal(err)
+		}
+		return e.commit()
+	}
+	for i := 0; ; i++ {
+		if i == 40 {
+			t.Fatal("no merge head was written in 40 steps")
+		}
+		create(i)
+		if sh.merging != nil {
+			<-sh.merging.done // the next step applies it
+		}
+		_, err := sh.step(ctx, up)
+		mu.Lock()
+		done := lost
+		mu.Unlock()
+		if done {
+			if err == nil {
+				t.Fatal("the step whose head PUT reported a failure succeeded")
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := GC(ctx, st.Store, 24*time.Hour, time.Now().Add(48*time.Hour), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LogFilesDeleted == 0 {
+		t.Fatalf("gc removed no superseded batch: %+v", s)
+	}
+	e.verifyPull(st.Store, 0)
+	for i := 100; i < 103; i++ {
+		want := create(i)
+		var g uint64
+		for range 4 {
+			if g, err = sh.step(ctx, up); err == nil {
+				break
+			}
+		}
+		if err != nil || g != want {
+			t.Fatalf("step after the lost answer: group %d, %v; want %d", g, err, want)
+		}
+		e.verifyPull(st.Store, want)
+	}
 }
