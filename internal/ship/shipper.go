@@ -167,10 +167,13 @@ type Shipper struct {
 	pulled map[objid.ID]bool
 	local  uint64 // last group in the local log (Tail.Last of the newest segment read)
 
-	headETag  string    // of the head as last read or written ("" if absent)
-	lastPut   time.Time // ShippedAt of the last head this shipper tried to write
-	leaseETag string
-	leaseAt   time.Time
+	headETag string // of the head as last read or written ("" if absent)
+	// unconfirmed: the ShippedAt of every head this shipper tried to
+	// write since its last confirmed one (a PUT whose answer it did not
+	// get may have been applied).
+	unconfirmed []time.Time
+	leaseETag   string
+	leaseAt     time.Time
 
 	remoteSnaps  map[uint64]bool   // snapshot entries in the bucket (nil: not listed yet)
 	remoteLastID uint64            // the bucket's snapshots/last-id
@@ -615,28 +618,39 @@ func (s *Shipper) uploadBatches(ctx context.Context, groups []group) ([]Batch, e
 // The PUT is conditional on the head this shipper last read or wrote, so
 // a head written by anyone else (another host that took the workspace
 // over) is never overwritten: that fails the shipper for good.
+//
+// A PUT whose answer was lost may have been applied: if the bucket holds
+// a head this shipper tried to write since its last confirmed one, that
+// head is adopted as s.head and putHead fails (the caller builds the
+// next head on it). nh, built on the older s.head, may name what the
+// adopted head dropped (the batches a merge or a checkpoint replaced),
+// which remote GC may have removed since: it is never written.
 func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
 	nh.ShippedAt = s.opts.Now().UTC()
 	hb, err := json.MarshalIndent(nh, "", " ")
 	if err != nil {
 		return err
 	}
-	prev := s.lastPut
-	s.lastPut = nh.ShippedAt // before the PUT: its answer may be lost
+	s.unconfirmed = append(s.unconfirmed, nh.ShippedAt) // before the PUT: its answer may be lost
 	etag, err := s.opts.Store.PutIf(ctx, HeadKey(s.opts.Name), hb, s.headETag)
 	if errors.Is(err, remote.ErrPrecondition) {
-		// An earlier PUT of ours may have succeeded with its answer lost:
-		// then the head is the one we tried to write last time.
 		cur, cetag, ok, rerr := readHead(ctx, s.opts.Store, s.opts.Name)
 		if rerr != nil {
 			return rerr
 		}
 		switch {
 		case ok && cur.ShippedAt.Equal(nh.ShippedAt):
+			// This very PUT was applied (a retry inside the store
+			// client found its own write).
 			etag, err = cetag, nil
-		case ok && !prev.IsZero() && cur.ShippedAt.Equal(prev):
+		case ok && slices.ContainsFunc(s.unconfirmed, cur.ShippedAt.Equal):
+			s.unconfirmed = nil
 			s.headETag = cetag
-			return s.putHead(ctx, nh)
+			s.head = cur
+			s.mu.Lock()
+			s.stats.Shipped = cur.Group
+			s.mu.Unlock()
+			return fmt.Errorf("ship %s: an earlier head write of this shipper was applied although its answer was lost (the head names group %d); the next head is built on it", s.opts.Name, cur.Group)
 		default:
 			s.failed = fmt.Errorf("ship %s: another writer changed the remote head %s (now at group %d): this host no longer owns the workspace; stop its daemon, and pull it again to serve it here: %w", s.opts.Name, HeadKey(s.opts.Name), cur.Group, err)
 			return s.failed
@@ -645,6 +659,7 @@ func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
 	if err != nil {
 		return err
 	}
+	s.unconfirmed = nil
 	s.headETag = etag
 	s.mu.Lock()
 	s.stats.BytesUploaded += int64(len(hb))
