@@ -448,3 +448,76 @@ func TestPipelineMergeAnswerLost(t *testing.T) {
 		e.verifyPull(st.Store, want)
 	}
 }
+
+// TestPipelineOutage: the remote fails every operation while the
+// workspace commits group after group and the pipeline keeps stepping
+// (holding the lease): every step fails, nothing is shipped and the
+// remote still restores. Once the remote is back, the backlog of failed
+// uploads is submitted again and the steps ship everything, with no
+// failure left to report.
+func TestPipelineOutage(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnv(t, 47)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	down := false
+	f := &remote.Faulty{Store: srv.Store(t, "outage"), Hook: func(op, key string, n int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return errors.New("connection refused (injected outage)")
+		}
+		return nil
+	}}
+	setDown := func(v bool) {
+		mu.Lock()
+		down = v
+		mu.Unlock()
+	}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, HostID: "host-a", CompactBatches: 3, Parallel: 3})
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	e.step()
+	base := e.commit()
+	if g, err := sh.step(ctx, up); err != nil || g != base {
+		// The first step may only submit: the objects are not up yet.
+		idle(t, up)
+		if g, err = sh.step(ctx, up); err != nil || g != base {
+			t.Fatalf("step before the outage: group %d, %v; want %d", g, err, base)
+		}
+	}
+	before := base
+	for i := range 12 {
+		e.step()
+		e.commit()
+		if i == 4 {
+			before = sh.Shipped()
+			// Lease renewal falls due during the outage too.
+			sh.leaseAt = time.Time{}
+			setDown(true)
+		}
+		idle(t, up)
+		g, err := sh.step(ctx, up)
+		if i >= 4 && (err == nil || g != before) {
+			t.Fatalf("step %d during the outage: group %d, %v; want %d and an error", i, g, err, before)
+		}
+	}
+	e.verifyPull(f.Store, 0)
+	setDown(false)
+	want := e.ws.Stats().CommittedGroup
+	for i := 0; ; i++ {
+		if i == 50 {
+			t.Fatalf("50 steps after the outage shipped group %d, want %d (stats %+v)", sh.Shipped(), want, sh.Stats())
+		}
+		idle(t, up)
+		if g, err := sh.step(ctx, up); err == nil && g == want {
+			break
+		}
+	}
+	idle(t, up)
+	if g, err := sh.step(ctx, up); err != nil || g != want {
+		t.Fatalf("step after shipping everything: group %d, %v", g, err)
+	}
+	e.verifyPull(f.Store, want)
+}
