@@ -521,3 +521,86 @@ func TestPipelineOutage(t *testing.T) {
 	}
 	e.verifyPull(f.Store, want)
 }
+
+// TestPipelineStaleCheck: an object the pipeline uploaded ahead of the
+// head, whose check is older than aheadLimit by the time a head could
+// name it (the shipper's clock jumps past it: a long wait for an earlier
+// group), is checked again in the bucket before any head names it; and
+// one a restarted remote GC removed meanwhile is uploaded again.
+func TestPipelineStaleCheck(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnv(t, 53)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	checks := map[string]int{}
+	gate := make(chan struct{}) // object checks wait until the first step returned
+	f := &remote.Faulty{Store: srv.Store(t, "stale"), Hook: func(op, key string, n int) error {
+		if op == "head" && strings.HasPrefix(key, "objects/") {
+			select {
+			case <-gate:
+			case <-time.After(time.Minute):
+				return errors.New("the gate was never opened")
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if op == "head" || op == "put" {
+			checks[key]++
+		}
+		return nil
+	}}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Now: now, RefreshAfter: time.Hour})
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	before := e.objects()
+	e.write("x", randData(rand.New(rand.NewPCG(53, 1)), 100<<10))
+	want := e.commit()
+	ids := e.newObjects(before)
+	if len(ids) != 1 {
+		t.Fatalf("%d new objects, want 1", len(ids))
+	}
+	key := remote.ObjectKey(ids[0].String())
+	if g, err := sh.step(ctx, up); err != nil || g == want {
+		t.Fatalf("first step: group %d, %v; want the object only submitted", g, err)
+	}
+	close(gate)
+	idle(t, up)
+	// Uploaded ahead of the head; then GC removes it (nothing named it)
+	// and the clock passes aheadLimit.
+	if err := f.Store.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clock = clock.Add(sh.aheadLimit())
+	n := checks[key]
+	mu.Unlock()
+	// Whenever a step ships the group, the object is in the bucket again.
+	for i := 0; ; i++ {
+		g, err := sh.step(ctx, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.verifyPull(f.Store, 0)
+		if g == want {
+			break
+		}
+		if i == 10 {
+			t.Fatalf("10 steps after the check went stale shipped group %d, want %d", g, want)
+		}
+		idle(t, up)
+	}
+	mu.Lock()
+	again := checks[key] - n
+	mu.Unlock()
+	if again < 2 {
+		t.Fatalf("%d operations on %s after its check went stale, want a HEAD and a PUT", again, key)
+	}
+	e.verifyPull(f.Store, want)
+}
