@@ -604,3 +604,97 @@ func TestPipelineStaleCheck(t *testing.T) {
 	}
 	e.verifyPull(f.Store, want)
 }
+
+// TestPipelineStaleCheckBeforeHead: the check just before a head. A
+// group's first object is uploaded and scanned fresh by one step while
+// its second is still uploading; then the shipper's clock passes
+// aheadLimit and remote GC removes the first (nothing named it). When the
+// second is up, no step may name the group on the first one's old scan:
+// it is checked (and uploaded) again first.
+func TestPipelineStaleCheckBeforeHead(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnv(t, 59)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	held := ""
+	holding := make(chan struct{}, 1)
+	release := make(chan struct{})
+	f := &remote.Faulty{Store: srv.Store(t, "stale-head"), Hook: func(op, key string, n int) error {
+		mu.Lock()
+		hold := op == "head" && key == held
+		if hold {
+			held = ""
+		}
+		mu.Unlock()
+		if hold {
+			holding <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(time.Minute):
+				return errors.New("the held check was never released")
+			}
+		}
+		return nil
+	}}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Now: now, RefreshAfter: time.Hour})
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	if _, err := sh.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.write("x", randData(rand.New(rand.NewPCG(59, 1)), 600<<10)) // 3 chunks
+	want := e.commit()
+	if err := sh.read(); err != nil {
+		t.Fatal(err)
+	}
+	g := &sh.buf[len(sh.buf)-1]
+	if err := sh.groupObjects(g); err != nil || g.n != want || len(g.ids) < 2 {
+		t.Fatalf("group %d with %d objects (%v), want group %d with several", g.n, len(g.ids), err, want)
+	}
+	first, last := g.ids[0], g.ids[len(g.ids)-1]
+	mu.Lock()
+	held = remote.ObjectKey(last.String())
+	mu.Unlock()
+	if g, err := sh.step(ctx, up); err != nil || g == want {
+		t.Fatalf("first step: group %d, %v; want the objects only submitted", g, err)
+	}
+	select {
+	case <-holding:
+	case <-time.After(time.Minute):
+		t.Fatal("the last object's check did not start")
+	}
+	waitFresh(t, sh, up, g.ids[:len(g.ids)-1]...)
+	if g, err := sh.step(ctx, up); err != nil || g == want {
+		t.Fatalf("step with the last object held: group %d, %v", g, err)
+	}
+	if err := f.Store.Delete(ctx, remote.ObjectKey(first.String())); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clock = clock.Add(sh.aheadLimit())
+	mu.Unlock()
+	close(release)
+	idle(t, up)
+	for i := 0; ; i++ {
+		g, err := sh.step(ctx, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.verifyPull(f.Store, 0)
+		if g == want {
+			break
+		}
+		if i == 10 {
+			t.Fatalf("10 steps after the release shipped group %d, want %d", g, want)
+		}
+		idle(t, up)
+	}
+	e.verifyPull(f.Store, want)
+}
