@@ -311,18 +311,8 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Dir, PushedName)); err == nil {
 			return s.head.Group, fmt.Errorf("ship %s: the workspace was pushed from this host (%s exists): it is no longer shipped from here; remove it (wsfs rm) and pull it to serve it here again", s.opts.Name, PushedName)
 		}
-		now := s.opts.Now()
-		ttl := s.opts.LeaseTTL
-		if ttl <= 0 {
-			ttl = DefaultLeaseTTL
-		}
-		if s.leaseETag == "" || now.Sub(s.leaseAt) >= ttl/3 {
-			etag, err := AcquireLease(ctx, s.opts.Store, s.opts.Name, s.opts.HostID, ttl, false, now)
-			if err != nil {
-				s.leaseETag = ""
-				return s.head.Group, err
-			}
-			s.leaseETag, s.leaseAt = etag, now
+		if err := s.holdLease(ctx); err != nil {
+			return s.head.Group, err
 		}
 	}
 	if !s.loaded {
@@ -614,6 +604,30 @@ func (s *Shipper) uploadBatches(ctx context.Context, groups []group) ([]Batch, e
 	return out, nil
 }
 
+// holdLease renews the workspace's lease (Options.HostID) if TTL/3 has
+// passed since it was last taken or renewed, so that it is held for at
+// least 2/3 of the TTL after the call. Without HostID it does nothing.
+func (s *Shipper) holdLease(ctx context.Context) error {
+	if s.opts.HostID == "" {
+		return nil
+	}
+	now := s.opts.Now()
+	ttl := s.opts.LeaseTTL
+	if ttl <= 0 {
+		ttl = DefaultLeaseTTL
+	}
+	if s.leaseETag != "" && now.Sub(s.leaseAt) < ttl/3 {
+		return nil
+	}
+	etag, err := AcquireLease(ctx, s.opts.Store, s.opts.Name, s.opts.HostID, ttl, false, now)
+	if err != nil {
+		s.leaseETag = ""
+		return err
+	}
+	s.leaseETag, s.leaseAt = etag, now
+	return nil
+}
+
 // putHead writes nh as the head; nothing it names may be uploaded after.
 // The PUT is conditional on the head this shipper last read or wrote, so
 // a head written by anyone else (another host that took the workspace
@@ -625,7 +639,15 @@ func (s *Shipper) uploadBatches(ctx context.Context, groups []group) ([]Batch, e
 // next head on it). nh, built on the older s.head, may name what the
 // adopted head dropped (the batches a merge or a checkpoint replaced),
 // which remote GC may have removed since: it is never written.
+//
+// The lease is renewed first if it is due (holdLease): a round that
+// waited for its objects longer than the lease's TTL may have lost it to
+// a host that took the workspace over and has not written a head yet
+// (so the If-Match would not catch it).
 func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
+	if err := s.holdLease(ctx); err != nil {
+		return err
+	}
 	nh.ShippedAt = s.opts.Now().UTC()
 	hb, err := json.MarshalIndent(nh, "", " ")
 	if err != nil {
