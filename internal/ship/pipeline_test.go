@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -696,5 +697,92 @@ func TestPipelineStaleCheckBeforeHead(t *testing.T) {
 		}
 		idle(t, up)
 	}
+	e.verifyPull(f.Store, want)
+}
+
+// TestPipelineSnapshotInFlight: a snapshot taken at a group whose objects
+// are still uploading (one held) is not shipped while the head is before
+// its group, even as later groups' objects finish; once the head names
+// it, its entry is shipped with every object it references, and it
+// restores.
+func TestPipelineSnapshotInFlight(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnvSeg(t, 67, 64<<20)
+	defer e.ws.Close()
+	rng := rand.New(rand.NewPCG(67, 1))
+	var mu sync.Mutex
+	held := ""
+	holding := make(chan struct{}, 1)
+	release := make(chan struct{})
+	f := &remote.Faulty{Store: srv.Store(t, "snap-flight"), Hook: func(op, key string, n int) error {
+		mu.Lock()
+		hold := op == "put" && key == held
+		if hold {
+			held = ""
+		}
+		mu.Unlock()
+		if hold {
+			holding <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(time.Minute):
+				return errors.New("the held upload was never released")
+			}
+		}
+		return nil
+	}}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Parallel: 2})
+	base, err := sh.Round(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	before := e.objects()
+	e.write("large", randData(rng, 600<<10))
+	g := e.commit()
+	largeIDs := e.newObjects(before)
+	mu.Lock()
+	held = remote.ObjectKey(largeIDs[0].String())
+	mu.Unlock()
+	if n, err := sh.step(ctx, up); err != nil || n != base {
+		t.Fatalf("step: group %d, %v; want %d", n, err, base)
+	}
+	select {
+	case <-holding:
+	case <-time.After(time.Minute):
+		t.Fatal("the held upload did not start")
+	}
+	in := e.snap("in-flight", time.Now())
+	if in.Group != g {
+		t.Fatalf("snapshot at group %d, want %d", in.Group, g)
+	}
+	before = e.objects()
+	e.write("small", randData(rng, 70<<10))
+	want := e.commit()
+	if _, err := sh.step(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	waitFresh(t, sh, up, append(largeIDs[1:], e.newObjects(before)...)...)
+	if n, err := sh.step(ctx, up); err != nil || n != base {
+		t.Fatalf("step with the large object held: group %d, %v; want %d", n, err, base)
+	}
+	if snaps, _, err := RemoteSnapshots(ctx, f.Store, "ws"); err != nil || len(snaps) != 0 {
+		t.Fatalf("remote snapshots while the head is before the snapshot's group: %+v, %v; want none", snaps, err)
+	}
+	close(release)
+	waitFresh(t, sh, up, largeIDs[0])
+	if n, err := sh.step(ctx, up); err != nil || n != want {
+		t.Fatalf("step after the release: group %d, %v; want %d", n, err, want)
+	}
+	if snaps, _, err := RemoteSnapshots(ctx, f.Store, "ws"); err != nil || len(snaps) != 1 || !sameInfo(snaps[0], in) {
+		t.Fatalf("remote snapshots after the head reached them: %+v, %v; want %+v", snaps, err, in)
+	}
+	_, dir, p, err := pullAt(t, f.Store, At{Snapshot: strconv.FormatUint(in.ID, 10)})
+	if err != nil {
+		t.Fatalf("pull the snapshot: %v", err)
+	}
+	checkFiles(t, dir, p, e.files[g])
 	e.verifyPull(f.Store, want)
 }
