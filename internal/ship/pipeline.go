@@ -68,10 +68,22 @@ func (s *Shipper) fresh(id objid.ID, now time.Time) bool {
 	return ok && now.Sub(at) < s.aheadLimit()
 }
 
+// setKnown records a check of object id at time at. Checks older than
+// aheadLimit are useless (fresh refuses them): about once per aheadLimit
+// they are dropped, so that a long-lived shipper's map holds only the
+// objects checked recently, not every object it ever shipped.
 func (s *Shipper) setKnown(id objid.ID, at time.Time) {
 	s.knownMu.Lock()
+	defer s.knownMu.Unlock()
 	s.known[id] = at
-	s.knownMu.Unlock()
+	if limit := s.aheadLimit(); at.Sub(s.knownPruned) >= limit {
+		for k, t := range s.known {
+			if at.Sub(t) >= limit {
+				delete(s.known, k)
+			}
+		}
+		s.knownPruned = at
+	}
 }
 
 // uploader uploads pool objects in the background (uploadObject), at most

@@ -578,6 +578,7 @@ func TestPipelineStaleCheck(t *testing.T) {
 	if err := f.Store.Delete(ctx, key); err != nil {
 		t.Fatal(err)
 	}
+	sh.setKnown(objid.Sum([]byte("an object no group names any more")), now())
 	mu.Lock()
 	clock = clock.Add(sh.aheadLimit())
 	n := checks[key]
@@ -604,6 +605,15 @@ func TestPipelineStaleCheck(t *testing.T) {
 		t.Fatalf("%d operations on %s after its check went stale, want a HEAD and a PUT", again, key)
 	}
 	e.verifyPull(f.Store, want)
+	// The checks older than aheadLimit were dropped (a long-lived
+	// shipper's map does not keep every object it ever shipped).
+	sh.knownMu.Lock()
+	for id, at := range sh.known {
+		if now().Sub(at) >= sh.aheadLimit() {
+			t.Errorf("object %s checked %v ago is still in the known map", id, now().Sub(at))
+		}
+	}
+	sh.knownMu.Unlock()
 }
 
 // TestPipelineStaleCheckBeforeHead: the check just before a head. A

@@ -154,14 +154,17 @@ type Shipper struct {
 	// (or could not be: the group is only in a checkpoint here).
 	verified bool
 	// known: objects known to be in the bucket, with the time of the
-	// check (see fresh); written by the uploader's goroutines.
-	knownMu  sync.Mutex
-	known    map[objid.ID]time.Time
-	merging  *mergeJob // Run's background merge, if one runs
-	tails    map[uint64]*seglog.Tail
-	buf      []group // durable groups read but not yet shipped, in order
-	failed   error   // sticky: a local sync failed, or another writer changed the head
-	needCkpt bool    // a referenced object is gone locally: ship a newer checkpoint
+	// check (see fresh); written by the uploader's goroutines. Checks
+	// older than aheadLimit are dropped from time to time (knownPruned:
+	// when last).
+	knownMu     sync.Mutex
+	known       map[objid.ID]time.Time
+	knownPruned time.Time
+	merging     *mergeJob // Run's background merge, if one runs
+	tails       map[uint64]*seglog.Tail
+	buf         []group // durable groups read but not yet shipped, in order
+	failed      error   // sticky: a local sync failed, or another writer changed the head
+	needCkpt    bool    // a referenced object is gone locally: ship a newer checkpoint
 	// pulled holds the objects of the workspace's FetchState (read once,
 	// when a missing object first needs it); nil: not read yet.
 	pulled map[objid.ID]bool
