@@ -29,16 +29,27 @@ HOME/wsfs.json: an S3-compatible bucket) until SIGINT/SIGTERM, then ships a
 last time and exits 0. It reads what is durable on local disk — the log,
 checkpoints and pool objects — so it runs beside the workspace's daemon or
 without one, and needs no hook in it: a daemon only signals each commit on
-STATE/workspaces/NAME/ship.wake so that a round starts at once (without
+STATE/workspaces/NAME/ship.wake so that a step starts at once (without
 it, the shipper looks every --interval).
 
-Order per round: the pool objects the new groups reference (HEAD, then PUT
-if absent; keyed by hash, shared by every workspace and host), the log
-groups (and a checkpoint when the local log no longer holds them), then the
-workspace's head. The remote therefore always restores to some committed
-group. Shipping is asynchronous; its lag is in STATE/workspaces/NAME/
-ship.json and in 'wsfs status'. An unreachable remote is retried with
-backoff; the workspace keeps serving from local disk meanwhile.
+Shipping is pipelined. Each step reads the groups committed since the last
+one and hands the pool objects they reference to background uploads
+(HEAD, then PUT if absent or old; keyed by hash, shared by every workspace
+and host; several at a time, the oldest group's first). It then ships the
+longest run of pending groups, oldest first, whose objects are all in the
+bucket: their log batches (and a checkpoint when the local log no longer
+holds them), then the workspace's head naming them. A step never waits
+for uploads; another starts when one finishes, so a small group committed
+after a large one ships as soon as the large one's objects and its own
+are up. The head never names a group before every object of it and of
+every earlier group is in the bucket, so the remote always restores to
+some committed group. Merging the head's small batches also runs in the
+background. Shipping is asynchronous; its lag is in STATE/workspaces/NAME/
+ship.json and in 'wsfs status' ('wsfs sync' waits until the head names
+every group committed before it). A failed upload is reported and retried
+with backoff, never skipped (the head waits for it); the workspace keeps
+serving from local disk meanwhile. On SIGINT/SIGTERM the background uploads stop and one last
+complete round ships everything durable.
 
 The shipper holds the workspace's lease in the bucket (renewed every 10s,
 valid 30s; the host is named by HOME/host-id) and ships only while it does:
@@ -47,8 +58,8 @@ age. Its head is written with conditional PUTs, so a host that lost the
 workspace can never overwrite the new owner's head.
 
 --metrics ADDR serves the shipper's Prometheus metrics (wsfs_ship_*: lag,
-shipped and local group, bytes and objects uploaded, snapshots, rounds,
-retries, errors by kind) at http://ADDR/metrics.
+shipped and local group, bytes and objects uploaded, snapshots, rounds
+(steps), retries, errors by kind) at http://ADDR/metrics.
 
 Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or the
 config's credentials_file); they are never logged.`

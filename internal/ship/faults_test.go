@@ -193,8 +193,33 @@ func TestShipperLocalObjectGone(t *testing.T) {
 	srv := s3test.Start(t)
 	st := srv.Store(t, "gone")
 	ctx := context.Background()
+	e, gone := goneObjectEnv(t)
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st})
+	_, err := sh.Round(ctx)
+	if err == nil {
+		t.Fatal("the first round shipped groups whose object is gone")
+	}
+	if !strings.Contains(err.Error(), gone.String()) {
+		t.Fatalf("round: %v, want an error naming %s", err, gone)
+	}
+	g, err := sh.Round(ctx)
+	if err != nil {
+		t.Fatalf("second round: %v", err)
+	}
+	if sh.Stats().Checkpoints == 0 {
+		t.Fatal("no checkpoint shipped")
+	}
+	e.verifyPull(st, g)
+}
+
+// goneObjectEnv returns a workspace (in one segment, never deleted) whose
+// log references object gone in an early group, removed from the pool
+// since as local GC would (it was overwritten), and whose newest local
+// checkpoint no longer references it.
+func goneObjectEnv(t *testing.T) (*env, objid.ID) {
+	t.Helper()
 	e := newEnvSeg(t, 13, 64<<20) // one segment: never deleted
-	defer e.ws.Close()
+	t.Cleanup(func() { e.ws.Close() })
 	// A pooled file, then overwritten: its first object is unreferenced.
 	e.write("big", bytes.Repeat([]byte("first version "), 10000))
 	e.commit()
@@ -226,20 +251,5 @@ func TestShipperLocalObjectGone(t *testing.T) {
 	if err := os.Remove(e.pool.Path(gone)); err != nil {
 		t.Fatal(err)
 	}
-	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st})
-	_, err := sh.Round(ctx)
-	if err == nil {
-		t.Fatal("the first round shipped groups whose object is gone")
-	}
-	if !strings.Contains(err.Error(), gone.String()) {
-		t.Fatalf("round: %v, want an error naming %s", err, gone)
-	}
-	g, err := sh.Round(ctx)
-	if err != nil {
-		t.Fatalf("second round: %v", err)
-	}
-	if sh.Stats().Checkpoints == 0 {
-		t.Fatal("no checkpoint shipped")
-	}
-	e.verifyPull(st, g)
+	return e, gone
 }

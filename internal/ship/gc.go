@@ -55,7 +55,14 @@ type GCStats struct {
 // was modified at most aheadLimit+RefreshAfter (3/4 of the default grace)
 // before that head: with a grace of at least twice RefreshAfter and a GC
 // far shorter than a quarter of the grace, it is younger than the grace
-// when GC sweeps. A pull that read a head just before GC removed a batch that head
+// when GC sweeps. GC's listing, though, may be older than such an upload
+// (an object found older than RefreshAfter is uploaded again, and a
+// restarted merge uploads the same batch key again): so each candidate is
+// looked at once more (HEAD) just before its delete, and kept if it is
+// young now. What is left is the window between that HEAD and the
+// DELETE, one round trip instead of the whole GC (S3 has no delete
+// conditional on the modification time). A pull that read a head just
+// before GC removed a batch that head
 // named (superseded since) fails with "missing" and is retried. The agent
 // state replicas (P/agent/) are Litestream's and left alone. With dryRun
 // nothing is deleted.
@@ -113,12 +120,21 @@ func GC(ctx context.Context, st remote.Store, grace time.Duration, now time.Time
 	}
 	stats.Referenced = len(refs)
 	old := func(i remote.Info) bool { return now.Sub(i.Modified) > grace }
-	del := func(i remote.Info) error {
-		stats.BytesDeleted += i.Size
-		if dryRun {
-			return nil
+	// del deletes i if it is still old: the listing may be from before a
+	// shipper uploaded it again (a refresh, or a merge re-uploading the
+	// same batch key) to name it in a head written after the mark, so
+	// the object is looked at once more just before its delete. deleted
+	// false: it was kept (young now, or gone).
+	del := func(i remote.Info) (deleted bool, err error) {
+		cur, ok, err := st.Stat(ctx, i.Key)
+		if err != nil || !ok || !old(cur) {
+			return false, err
 		}
-		return st.Delete(ctx, i.Key)
+		stats.BytesDeleted += cur.Size
+		if dryRun {
+			return true, nil
+		}
+		return true, st.Delete(ctx, i.Key)
 	}
 	for _, f := range files {
 		rest := strings.TrimPrefix(f.Key, "workspaces/")
@@ -132,10 +148,15 @@ func GC(ctx context.Context, st remote.Store, grace time.Duration, now time.Time
 		case !old(f):
 			stats.LogFilesKept++
 		default:
-			if err := del(f); err != nil {
+			deleted, err := del(f)
+			if err != nil {
 				return stats, err
 			}
-			stats.LogFilesDeleted++
+			if deleted {
+				stats.LogFilesDeleted++
+			} else {
+				stats.LogFilesKept++
+			}
 		}
 	}
 	objs, err := st.ListInfo(ctx, "objects/")
@@ -152,10 +173,15 @@ func GC(ctx context.Context, st remote.Store, grace time.Duration, now time.Time
 		case !old(o):
 			stats.ObjectsKept++
 		default:
-			if err := del(o); err != nil {
+			deleted, err := del(o)
+			if err != nil {
 				return stats, err
 			}
-			stats.ObjectsDeleted++
+			if deleted {
+				stats.ObjectsDeleted++
+			} else {
+				stats.ObjectsKept++
+			}
 		}
 	}
 	return stats, nil

@@ -3,7 +3,9 @@ package ship
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,5 +145,69 @@ func TestLeaseRenewedTwiceByOneHost(t *testing.T) {
 	interleave("host-b", now.Add(2*time.Hour)) // after host-a's lease of the hour expired
 	if _, err := AcquireLease(ctx, f, "ws", "host-a", ttl, false, now.Add(2*time.Second)); err == nil {
 		t.Fatal("a renewal that lost the race to another host succeeded")
+	}
+}
+
+// TestLeaseExpiresMidRound: a round that waits for its objects longer
+// than the lease's TTL (a large upload, a slow remote) while another host
+// takes the expired lease over (steal) and pulls the head must not write
+// its head on the lease it held when it started: it renews before the
+// head, and fails with the new holder. (The head's If-Match does not
+// catch this: the new owner has not written a head yet.)
+func TestLeaseExpiresMidRound(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnv(t, 61)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	ttl := 30 * time.Second
+	steal := ""
+	var stealErr error
+	f := &remote.Faulty{Store: srv.Store(t, "lease-mid")}
+	f.Hook = func(op, key string, n int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if op == "put" && key == steal {
+			// The upload outlasts the lease; host B takes it over.
+			steal = ""
+			clock = clock.Add(ttl + time.Second)
+			_, stealErr = AcquireLease(ctx, f.Store, "ws", "host-b", ttl, true, clock)
+		}
+		return nil
+	}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, HostID: "host-a", LeaseTTL: ttl, Now: now})
+	base, err := sh.Round(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.objects()
+	e.write("x", randData(rand.New(rand.NewPCG(61, 1)), 100<<10))
+	e.commit()
+	ids := e.newObjects(before)
+	if len(ids) != 1 {
+		t.Fatalf("%d new objects, want 1", len(ids))
+	}
+	mu.Lock()
+	steal = remote.ObjectKey(ids[0].String())
+	mu.Unlock()
+	_, err = sh.Round(ctx)
+	mu.Lock()
+	serr := stealErr
+	mu.Unlock()
+	if serr != nil {
+		t.Fatalf("host B steals the expired lease: %v", serr)
+	}
+	var le *LeaseError
+	if !errors.As(err, &le) || le.Lease.Holder != "host-b" {
+		t.Fatalf("round that outlasted its lease: %v; want a LeaseError naming host-b", err)
+	}
+	if h, _, err := ReadHead(ctx, f.Store, "ws"); err != nil || h.Group != base {
+		t.Fatalf("head at group %d (%v) after A lost its lease mid-round; want A's last head %d", h.Group, err, base)
 	}
 }

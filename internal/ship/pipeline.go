@@ -40,8 +40,12 @@ import (
 // batch upload) — the bound gc.go's argument needs.
 //
 // A failed upload is kept as failed until a step takes its error: the
-// step reports it (Stats.Errors, LastError; Run backs off) and submits
-// the object again at the next step. Nothing is skipped.
+// step reports it (Stats.Errors, LastError; Run backs off), and the next
+// step forgets it and submits again the objects its pending groups (and
+// checkpoint) still need. Nothing a head will name is skipped; an object
+// no pending group needs any more (its group was shipped through a
+// checkpoint that no longer references it: local GC removed it) is not
+// retried for ever.
 //
 // Merging the head's small batches (mergeBatches) re-uploads megabytes of
 // log; Run does it in the background too (startMerge), and the step after
@@ -64,10 +68,22 @@ func (s *Shipper) fresh(id objid.ID, now time.Time) bool {
 	return ok && now.Sub(at) < s.aheadLimit()
 }
 
+// setKnown records a check of object id at time at. Checks older than
+// aheadLimit are useless (fresh refuses them): about once per aheadLimit
+// they are dropped, so that a long-lived shipper's map holds only the
+// objects checked recently, not every object it ever shipped.
 func (s *Shipper) setKnown(id objid.ID, at time.Time) {
 	s.knownMu.Lock()
+	defer s.knownMu.Unlock()
 	s.known[id] = at
-	s.knownMu.Unlock()
+	if limit := s.aheadLimit(); at.Sub(s.knownPruned) >= limit {
+		for k, t := range s.known {
+			if at.Sub(t) >= limit {
+				delete(s.known, k)
+			}
+		}
+		s.knownPruned = at
+	}
 }
 
 // uploader uploads pool objects in the background (uploadObject), at most
@@ -86,6 +102,9 @@ type uploader struct {
 	busy    map[objid.ID]bool // queued or running
 	failed  map[objid.ID]upFailure
 	running int
+	// gen counts forgetTaken calls that forgot a failure: a group whose
+	// objects were submitted at an older gen is submitted again.
+	gen uint64
 }
 
 type upFailure struct {
@@ -131,7 +150,7 @@ func (u *uploader) close() {
 func (u *uploader) Changed() <-chan struct{} { return u.changed }
 
 // submit queues id unless it is queued, running, or failed (a failure
-// is submitted again by retryTaken, after a step reported it).
+// is forgotten by forgetTaken, after a step reported it).
 func (u *uploader) submit(id objid.ID, prio uint64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -165,20 +184,23 @@ func (u *uploader) takeErr() error {
 	return first
 }
 
-// retryTaken submits again every failed upload a step has reported.
-func (u *uploader) retryTaken() {
+// forgetTaken forgets every failed upload a step has reported, and
+// returns the generation the submissions must be at (see gen): the
+// caller submits again what it still needs.
+func (u *uploader) forgetTaken() uint64 {
 	u.mu.Lock()
-	var again []upJob
+	defer u.mu.Unlock()
+	forgot := false
 	for id, f := range u.failed {
 		if f.taken {
-			again = append(again, upJob{id, f.prio})
 			delete(u.failed, id)
+			forgot = true
 		}
 	}
-	u.mu.Unlock()
-	for _, j := range again {
-		u.submit(j.id, j.prio)
+	if forgot {
+		u.gen++
 	}
+	return u.gen
 }
 
 func (u *uploader) work() {

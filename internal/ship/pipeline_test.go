@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"wsfs/internal/namespace"
 	"wsfs/internal/objid"
 	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
+	"wsfs/internal/workspace"
 )
 
 // newObjects returns the objects the workspace references now that it did
@@ -256,4 +259,540 @@ func TestPipelineFaults(t *testing.T) {
 	for k, n := 0, 0; n < total; k, n = k+1, n+12 {
 		run(fmt.Sprintf("pipe-fault-%d", n), n, k%2 == 1)
 	}
+}
+
+// idle waits (bounded) until up has no upload queued or running.
+func idle(t *testing.T, up *uploader) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		up.mu.Lock()
+		n := up.running + len(up.queue)
+		up.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-up.Changed():
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the uploader did not go idle within a minute")
+		}
+	}
+}
+
+// TestPipelineLocalObjectGone is TestShipperLocalObjectGone for Run's
+// pipelined steps, whose uploader lives across steps: the upload of the
+// object local GC removed fails and is reported, a newer checkpoint is
+// shipped instead, and from then on the failed upload is not retried for
+// ever: an object no pending group needs any more is dropped, and the
+// steps succeed (a shipper stuck reporting it would back off to
+// MaxBackoff on every step, and every --remote-fsync with it).
+func TestPipelineLocalObjectGone(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "pipe-gone")
+	ctx := context.Background()
+	e, gone := goneObjectEnv(t)
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st})
+	up := sh.newUploader(ctx)
+	defer up.close()
+	want := e.ws.Stats().CommittedGroup
+	reported := false
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatalf("100 steps did not ship group %d (shipped %d, reported the gone object: %v)", want, sh.Shipped(), reported)
+		}
+		idle(t, up)
+		g, err := sh.step(ctx, up)
+		if err != nil {
+			if !strings.Contains(err.Error(), gone.String()) {
+				t.Fatalf("step %d: %v, want only errors naming %s", i, err, gone)
+			}
+			reported = true
+		}
+		if g == want && reported {
+			break
+		}
+	}
+	if sh.Stats().Checkpoints == 0 {
+		t.Fatal("no checkpoint shipped")
+	}
+	e.verifyPull(st, want)
+	// Shipped: the steps that follow (and the groups committed after)
+	// report nothing.
+	for i := range 3 {
+		e.step()
+		want = e.commit()
+		idle(t, up)
+		if _, err := sh.step(ctx, up); err != nil {
+			t.Fatalf("step %d after the checkpoint: %v", i, err)
+		}
+		idle(t, up)
+		if g, err := sh.step(ctx, up); err != nil || g != want {
+			t.Fatalf("second step %d after the checkpoint: group %d, %v; want %d", i, g, err, want)
+		}
+	}
+	if s := sh.Stats(); s.ConsecutiveFails != 0 {
+		t.Errorf("stats after the checkpoint: %+v, want no failure", s)
+	}
+	e.verifyPull(st, want)
+}
+
+// lostAnswer is a store whose conditional PUTs of the head succeed but,
+// when lose says so, report a failure (the answer was lost on the way
+// back: a reset connection, a timeout); when fail says so, one fails
+// without reaching the store.
+type lostAnswer struct {
+	remote.Store
+	lose func(h Head) bool
+	fail func() bool
+}
+
+func (l *lostAnswer) PutIf(ctx context.Context, key string, data []byte, ifMatch string) (string, error) {
+	if l.fail() {
+		return "", errors.New("connection refused (injected: the PUT was not sent)")
+	}
+	etag, err := l.Store.PutIf(ctx, key, data, ifMatch)
+	if h, derr := decodeHead(data); err == nil && derr == nil && l.lose(h) {
+		return "", errors.New("connection reset by peer (injected: the PUT was applied)")
+	}
+	return etag, err
+}
+
+// TestPipelineMergeAnswerLost: the head naming a background merge's
+// batches is written but its PUT's answer is lost, so the shipper still
+// believes in the head that lists the small batches. Remote GC runs
+// (its clock past the grace): the small batches are named by no head and
+// old, so it removes them. The shipper's next head must not name them
+// again (it is built on the head actually in the bucket): the remote
+// restores after every step. The first head PUT after the lost answer
+// fails before reaching the bucket: the head in the bucket is then the
+// one before last the shipper tried, still its own (not another
+// writer's).
+func TestPipelineMergeAnswerLost(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnvSeg(t, 41, 64<<20)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	lost, failed, most := false, false, 0
+	st := &lostAnswer{Store: srv.Store(t, "merge-lost"), lose: func(h Head) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		merge := len(h.Batches) < most
+		most = max(most, len(h.Batches))
+		if merge && !lost {
+			lost = true
+			return true
+		}
+		return false
+	}, fail: func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if lost && !failed {
+			failed = true
+			return true
+		}
+		return false
+	}}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st, CompactBatches: 8})
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	// One empty file (no object) per group and step: one small batch each.
+	create := func(i int) uint64 {
+		if _, err := e.ws.Create(workspace.RootIno, fmt.Sprintf("n%03d", i), namespace.S_IFREG|0o644, workspace.Caller{}); err != nil {
+			t.Fatal(err)
+		}
+		return e.commit()
+	}
+	for i := 0; ; i++ {
+		if i == 40 {
+			t.Fatal("no merge head was written in 40 steps")
+		}
+		create(i)
+		if sh.merging != nil {
+			<-sh.merging.done // the next step applies it
+		}
+		_, err := sh.step(ctx, up)
+		mu.Lock()
+		done := lost
+		mu.Unlock()
+		if done {
+			if err == nil {
+				t.Fatal("the step whose head PUT reported a failure succeeded")
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := GC(ctx, st.Store, 24*time.Hour, time.Now().Add(48*time.Hour), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LogFilesDeleted == 0 {
+		t.Fatalf("gc removed no superseded batch: %+v", s)
+	}
+	e.verifyPull(st.Store, 0)
+	for i := 100; i < 103; i++ {
+		want := create(i)
+		var g uint64
+		for range 4 {
+			if g, err = sh.step(ctx, up); err == nil {
+				break
+			}
+		}
+		if err != nil || g != want {
+			t.Fatalf("step after the lost answer: group %d, %v; want %d", g, err, want)
+		}
+		e.verifyPull(st.Store, want)
+	}
+}
+
+// TestPipelineOutage: the remote fails every operation while the
+// workspace commits group after group and the pipeline keeps stepping
+// (holding the lease): every step fails, nothing is shipped and the
+// remote still restores. Once the remote is back, the backlog of failed
+// uploads is submitted again and the steps ship everything, with no
+// failure left to report.
+func TestPipelineOutage(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnv(t, 47)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	down := false
+	f := &remote.Faulty{Store: srv.Store(t, "outage"), Hook: func(op, key string, n int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return errors.New("connection refused (injected outage)")
+		}
+		return nil
+	}}
+	setDown := func(v bool) {
+		mu.Lock()
+		down = v
+		mu.Unlock()
+	}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, HostID: "host-a", CompactBatches: 3, Parallel: 3})
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	e.step()
+	base := e.commit()
+	if g, err := sh.step(ctx, up); err != nil || g != base {
+		// The first step may only submit: the objects are not up yet.
+		idle(t, up)
+		if g, err = sh.step(ctx, up); err != nil || g != base {
+			t.Fatalf("step before the outage: group %d, %v; want %d", g, err, base)
+		}
+	}
+	before := base
+	for i := range 12 {
+		e.step()
+		e.commit()
+		if i == 4 {
+			before = sh.Shipped()
+			// Lease renewal falls due during the outage too.
+			sh.leaseAt = time.Time{}
+			setDown(true)
+		}
+		idle(t, up)
+		g, err := sh.step(ctx, up)
+		if i >= 4 && (err == nil || g != before) {
+			t.Fatalf("step %d during the outage: group %d, %v; want %d and an error", i, g, err, before)
+		}
+	}
+	e.verifyPull(f.Store, 0)
+	setDown(false)
+	want := e.ws.Stats().CommittedGroup
+	for i := 0; ; i++ {
+		if i == 50 {
+			t.Fatalf("50 steps after the outage shipped group %d, want %d (stats %+v)", sh.Shipped(), want, sh.Stats())
+		}
+		idle(t, up)
+		if g, err := sh.step(ctx, up); err == nil && g == want {
+			break
+		}
+	}
+	idle(t, up)
+	if g, err := sh.step(ctx, up); err != nil || g != want {
+		t.Fatalf("step after shipping everything: group %d, %v", g, err)
+	}
+	e.verifyPull(f.Store, want)
+}
+
+// TestPipelineStaleCheck: an object the pipeline uploaded ahead of the
+// head, whose check is older than aheadLimit by the time a head could
+// name it (the shipper's clock jumps past it: a long wait for an earlier
+// group), is checked again in the bucket before any head names it; and
+// one a restarted remote GC removed meanwhile is uploaded again.
+func TestPipelineStaleCheck(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnv(t, 53)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	checks := map[string]int{}
+	gate := make(chan struct{}) // object checks wait until the first step returned
+	f := &remote.Faulty{Store: srv.Store(t, "stale"), Hook: func(op, key string, n int) error {
+		if op == "head" && strings.HasPrefix(key, "objects/") {
+			select {
+			case <-gate:
+			case <-time.After(time.Minute):
+				return errors.New("the gate was never opened")
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if op == "head" || op == "put" {
+			checks[key]++
+		}
+		return nil
+	}}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Now: now, RefreshAfter: time.Hour})
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	before := e.objects()
+	e.write("x", randData(rand.New(rand.NewPCG(53, 1)), 100<<10))
+	want := e.commit()
+	ids := e.newObjects(before)
+	if len(ids) != 1 {
+		t.Fatalf("%d new objects, want 1", len(ids))
+	}
+	key := remote.ObjectKey(ids[0].String())
+	if g, err := sh.step(ctx, up); err != nil || g == want {
+		t.Fatalf("first step: group %d, %v; want the object only submitted", g, err)
+	}
+	close(gate)
+	idle(t, up)
+	// Uploaded ahead of the head; then GC removes it (nothing named it)
+	// and the clock passes aheadLimit.
+	if err := f.Store.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	sh.setKnown(objid.Sum([]byte("an object no group names any more")), now())
+	mu.Lock()
+	clock = clock.Add(sh.aheadLimit())
+	n := checks[key]
+	mu.Unlock()
+	// Whenever a step ships the group, the object is in the bucket again.
+	for i := 0; ; i++ {
+		g, err := sh.step(ctx, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.verifyPull(f.Store, 0)
+		if g == want {
+			break
+		}
+		if i == 10 {
+			t.Fatalf("10 steps after the check went stale shipped group %d, want %d", g, want)
+		}
+		idle(t, up)
+	}
+	mu.Lock()
+	again := checks[key] - n
+	mu.Unlock()
+	if again < 2 {
+		t.Fatalf("%d operations on %s after its check went stale, want a HEAD and a PUT", again, key)
+	}
+	e.verifyPull(f.Store, want)
+	// The checks older than aheadLimit were dropped (a long-lived
+	// shipper's map does not keep every object it ever shipped).
+	sh.knownMu.Lock()
+	for id, at := range sh.known {
+		if now().Sub(at) >= sh.aheadLimit() {
+			t.Errorf("object %s checked %v ago is still in the known map", id, now().Sub(at))
+		}
+	}
+	sh.knownMu.Unlock()
+}
+
+// TestPipelineStaleCheckBeforeHead: the check just before a head. A
+// group's first object is uploaded and scanned fresh by one step while
+// its second is still uploading; then the shipper's clock passes
+// aheadLimit and remote GC removes the first (nothing named it). When the
+// second is up, no step may name the group on the first one's old scan:
+// it is checked (and uploaded) again first.
+func TestPipelineStaleCheckBeforeHead(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnv(t, 59)
+	defer e.ws.Close()
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	held := ""
+	holding := make(chan struct{}, 1)
+	release := make(chan struct{})
+	f := &remote.Faulty{Store: srv.Store(t, "stale-head"), Hook: func(op, key string, n int) error {
+		mu.Lock()
+		hold := op == "head" && key == held
+		if hold {
+			held = ""
+		}
+		mu.Unlock()
+		if hold {
+			holding <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(time.Minute):
+				return errors.New("the held check was never released")
+			}
+		}
+		return nil
+	}}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Now: now, RefreshAfter: time.Hour})
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	if _, err := sh.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.write("x", randData(rand.New(rand.NewPCG(59, 1)), 600<<10)) // 3 chunks
+	want := e.commit()
+	if err := sh.read(); err != nil {
+		t.Fatal(err)
+	}
+	g := &sh.buf[len(sh.buf)-1]
+	if err := sh.groupObjects(g); err != nil || g.n != want || len(g.ids) < 2 {
+		t.Fatalf("group %d with %d objects (%v), want group %d with several", g.n, len(g.ids), err, want)
+	}
+	first, last := g.ids[0], g.ids[len(g.ids)-1]
+	mu.Lock()
+	held = remote.ObjectKey(last.String())
+	mu.Unlock()
+	if g, err := sh.step(ctx, up); err != nil || g == want {
+		t.Fatalf("first step: group %d, %v; want the objects only submitted", g, err)
+	}
+	select {
+	case <-holding:
+	case <-time.After(time.Minute):
+		t.Fatal("the last object's check did not start")
+	}
+	waitFresh(t, sh, up, g.ids[:len(g.ids)-1]...)
+	if g, err := sh.step(ctx, up); err != nil || g == want {
+		t.Fatalf("step with the last object held: group %d, %v", g, err)
+	}
+	if err := f.Store.Delete(ctx, remote.ObjectKey(first.String())); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clock = clock.Add(sh.aheadLimit())
+	mu.Unlock()
+	close(release)
+	idle(t, up)
+	for i := 0; ; i++ {
+		g, err := sh.step(ctx, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.verifyPull(f.Store, 0)
+		if g == want {
+			break
+		}
+		if i == 10 {
+			t.Fatalf("10 steps after the release shipped group %d, want %d", g, want)
+		}
+		idle(t, up)
+	}
+	e.verifyPull(f.Store, want)
+}
+
+// TestPipelineSnapshotInFlight: a snapshot taken at a group whose objects
+// are still uploading (one held) is not shipped while the head is before
+// its group, even as later groups' objects finish; once the head names
+// it, its entry is shipped with every object it references, and it
+// restores.
+func TestPipelineSnapshotInFlight(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	e := newEnvSeg(t, 67, 64<<20)
+	defer e.ws.Close()
+	rng := rand.New(rand.NewPCG(67, 1))
+	var mu sync.Mutex
+	held := ""
+	holding := make(chan struct{}, 1)
+	release := make(chan struct{})
+	f := &remote.Faulty{Store: srv.Store(t, "snap-flight"), Hook: func(op, key string, n int) error {
+		mu.Lock()
+		hold := op == "put" && key == held
+		if hold {
+			held = ""
+		}
+		mu.Unlock()
+		if hold {
+			holding <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(time.Minute):
+				return errors.New("the held upload was never released")
+			}
+		}
+		return nil
+	}}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Parallel: 2})
+	base, err := sh.Round(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := sh.newUploader(ctx)
+	defer func() { up.close(); sh.waitMerge() }()
+	before := e.objects()
+	e.write("large", randData(rng, 600<<10))
+	g := e.commit()
+	largeIDs := e.newObjects(before)
+	mu.Lock()
+	held = remote.ObjectKey(largeIDs[0].String())
+	mu.Unlock()
+	if n, err := sh.step(ctx, up); err != nil || n != base {
+		t.Fatalf("step: group %d, %v; want %d", n, err, base)
+	}
+	select {
+	case <-holding:
+	case <-time.After(time.Minute):
+		t.Fatal("the held upload did not start")
+	}
+	in := e.snap("in-flight", time.Now())
+	if in.Group != g {
+		t.Fatalf("snapshot at group %d, want %d", in.Group, g)
+	}
+	before = e.objects()
+	e.write("small", randData(rng, 70<<10))
+	want := e.commit()
+	if _, err := sh.step(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	waitFresh(t, sh, up, append(largeIDs[1:], e.newObjects(before)...)...)
+	if n, err := sh.step(ctx, up); err != nil || n != base {
+		t.Fatalf("step with the large object held: group %d, %v; want %d", n, err, base)
+	}
+	if snaps, _, err := RemoteSnapshots(ctx, f.Store, "ws"); err != nil || len(snaps) != 0 {
+		t.Fatalf("remote snapshots while the head is before the snapshot's group: %+v, %v; want none", snaps, err)
+	}
+	close(release)
+	waitFresh(t, sh, up, largeIDs[0])
+	if n, err := sh.step(ctx, up); err != nil || n != want {
+		t.Fatalf("step after the release: group %d, %v; want %d", n, err, want)
+	}
+	if snaps, _, err := RemoteSnapshots(ctx, f.Store, "ws"); err != nil || len(snaps) != 1 || !sameInfo(snaps[0], in) {
+		t.Fatalf("remote snapshots after the head reached them: %+v, %v; want %+v", snaps, err, in)
+	}
+	_, dir, p, err := pullAt(t, f.Store, At{Snapshot: strconv.FormatUint(in.ID, 10)})
+	if err != nil {
+		t.Fatalf("pull the snapshot: %v", err)
+	}
+	checkFiles(t, dir, p, e.files[g])
+	e.verifyPull(f.Store, want)
 }

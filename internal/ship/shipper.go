@@ -72,9 +72,11 @@ type group struct {
 	ids     []objid.ID // the objects its records set as content
 	idsRead bool
 	// Pipeline (pipeline.go): the uploader its objects were submitted
-	// to; ids[:freshTo] were fresh when last scanned.
-	submitted *uploader
-	freshTo   int
+	// to, at which of its generations; ids[:freshTo] were fresh when
+	// last scanned.
+	submitted    *uploader
+	submittedGen uint64
+	freshTo      int
 }
 
 // groupObjects fills g.ids (once).
@@ -152,23 +154,29 @@ type Shipper struct {
 	// (or could not be: the group is only in a checkpoint here).
 	verified bool
 	// known: objects known to be in the bucket, with the time of the
-	// check (see fresh); written by the uploader's goroutines.
-	knownMu  sync.Mutex
-	known    map[objid.ID]time.Time
-	merging  *mergeJob // Run's background merge, if one runs
-	tails    map[uint64]*seglog.Tail
-	buf      []group // durable groups read but not yet shipped, in order
-	failed   error   // sticky: a local sync failed, or another writer changed the head
-	needCkpt bool    // a referenced object is gone locally: ship a newer checkpoint
+	// check (see fresh); written by the uploader's goroutines. Checks
+	// older than aheadLimit are dropped from time to time (knownPruned:
+	// when last).
+	knownMu     sync.Mutex
+	known       map[objid.ID]time.Time
+	knownPruned time.Time
+	merging     *mergeJob // Run's background merge, if one runs
+	tails       map[uint64]*seglog.Tail
+	buf         []group // durable groups read but not yet shipped, in order
+	failed      error   // sticky: a local sync failed, or another writer changed the head
+	needCkpt    bool    // a referenced object is gone locally: ship a newer checkpoint
 	// pulled holds the objects of the workspace's FetchState (read once,
 	// when a missing object first needs it); nil: not read yet.
 	pulled map[objid.ID]bool
 	local  uint64 // last group in the local log (Tail.Last of the newest segment read)
 
-	headETag  string    // of the head as last read or written ("" if absent)
-	lastPut   time.Time // ShippedAt of the last head this shipper tried to write
-	leaseETag string
-	leaseAt   time.Time
+	headETag string // of the head as last read or written ("" if absent)
+	// unconfirmed: the ShippedAt of every head this shipper tried to
+	// write since its last confirmed one (a PUT whose answer it did not
+	// get may have been applied).
+	unconfirmed []time.Time
+	leaseETag   string
+	leaseAt     time.Time
 
 	remoteSnaps  map[uint64]bool   // snapshot entries in the bucket (nil: not listed yet)
 	remoteLastID uint64            // the bucket's snapshots/last-id
@@ -306,18 +314,8 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Dir, PushedName)); err == nil {
 			return s.head.Group, fmt.Errorf("ship %s: the workspace was pushed from this host (%s exists): it is no longer shipped from here; remove it (wsfs rm) and pull it to serve it here again", s.opts.Name, PushedName)
 		}
-		now := s.opts.Now()
-		ttl := s.opts.LeaseTTL
-		if ttl <= 0 {
-			ttl = DefaultLeaseTTL
-		}
-		if s.leaseETag == "" || now.Sub(s.leaseAt) >= ttl/3 {
-			etag, err := AcquireLease(ctx, s.opts.Store, s.opts.Name, s.opts.HostID, ttl, false, now)
-			if err != nil {
-				s.leaseETag = ""
-				return s.head.Group, err
-			}
-			s.leaseETag, s.leaseAt = etag, now
+		if err := s.holdLease(ctx); err != nil {
+			return s.head.Group, err
 		}
 	}
 	if !s.loaded {
@@ -422,13 +420,15 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		k++
 	}
 	groups := s.buf[k:]
-	up.retryTaken() // the failures the previous step reported
+	// The failures the previous step reported are forgotten; what the
+	// pending groups still need is submitted again.
+	gen := up.forgetTaken()
 	now := s.opts.Now()
 	up.submitStale(ckIDs, 0, now)
 	for i := range groups {
-		if g := &groups[i]; g.submitted != up {
+		if g := &groups[i]; g.submitted != up || g.submittedGen != gen {
 			up.submitStale(g.ids, g.n, now)
-			g.submitted = up
+			g.submitted, g.submittedGen = up, gen
 		}
 	}
 	var ship []group
@@ -607,32 +607,75 @@ func (s *Shipper) uploadBatches(ctx context.Context, groups []group) ([]Batch, e
 	return out, nil
 }
 
+// holdLease renews the workspace's lease (Options.HostID) if TTL/3 has
+// passed since it was last taken or renewed, so that it is held for at
+// least 2/3 of the TTL after the call. Without HostID it does nothing.
+func (s *Shipper) holdLease(ctx context.Context) error {
+	if s.opts.HostID == "" {
+		return nil
+	}
+	now := s.opts.Now()
+	ttl := s.opts.LeaseTTL
+	if ttl <= 0 {
+		ttl = DefaultLeaseTTL
+	}
+	if s.leaseETag != "" && now.Sub(s.leaseAt) < ttl/3 {
+		return nil
+	}
+	etag, err := AcquireLease(ctx, s.opts.Store, s.opts.Name, s.opts.HostID, ttl, false, now)
+	if err != nil {
+		s.leaseETag = ""
+		return err
+	}
+	s.leaseETag, s.leaseAt = etag, now
+	return nil
+}
+
 // putHead writes nh as the head; nothing it names may be uploaded after.
 // The PUT is conditional on the head this shipper last read or wrote, so
 // a head written by anyone else (another host that took the workspace
 // over) is never overwritten: that fails the shipper for good.
+//
+// A PUT whose answer was lost may have been applied: if the bucket holds
+// a head this shipper tried to write since its last confirmed one, that
+// head is adopted as s.head and putHead fails (the caller builds the
+// next head on it). nh, built on the older s.head, may name what the
+// adopted head dropped (the batches a merge or a checkpoint replaced),
+// which remote GC may have removed since: it is never written.
+//
+// The lease is renewed first if it is due (holdLease): a round that
+// waited for its objects longer than the lease's TTL may have lost it to
+// a host that took the workspace over and has not written a head yet
+// (so the If-Match would not catch it).
 func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
+	if err := s.holdLease(ctx); err != nil {
+		return err
+	}
 	nh.ShippedAt = s.opts.Now().UTC()
 	hb, err := json.MarshalIndent(nh, "", " ")
 	if err != nil {
 		return err
 	}
-	prev := s.lastPut
-	s.lastPut = nh.ShippedAt // before the PUT: its answer may be lost
+	s.unconfirmed = append(s.unconfirmed, nh.ShippedAt) // before the PUT: its answer may be lost
 	etag, err := s.opts.Store.PutIf(ctx, HeadKey(s.opts.Name), hb, s.headETag)
 	if errors.Is(err, remote.ErrPrecondition) {
-		// An earlier PUT of ours may have succeeded with its answer lost:
-		// then the head is the one we tried to write last time.
 		cur, cetag, ok, rerr := readHead(ctx, s.opts.Store, s.opts.Name)
 		if rerr != nil {
 			return rerr
 		}
 		switch {
 		case ok && cur.ShippedAt.Equal(nh.ShippedAt):
+			// This very PUT was applied (a retry inside the store
+			// client found its own write).
 			etag, err = cetag, nil
-		case ok && !prev.IsZero() && cur.ShippedAt.Equal(prev):
+		case ok && slices.ContainsFunc(s.unconfirmed, cur.ShippedAt.Equal):
+			s.unconfirmed = nil
 			s.headETag = cetag
-			return s.putHead(ctx, nh)
+			s.head = cur
+			s.mu.Lock()
+			s.stats.Shipped = cur.Group
+			s.mu.Unlock()
+			return fmt.Errorf("ship %s: an earlier head write of this shipper was applied although its answer was lost (the head names group %d); the next head is built on it", s.opts.Name, cur.Group)
 		default:
 			s.failed = fmt.Errorf("ship %s: another writer changed the remote head %s (now at group %d): this host no longer owns the workspace; stop its daemon, and pull it again to serve it here: %w", s.opts.Name, HeadKey(s.opts.Name), cur.Group, err)
 			return s.failed
@@ -641,6 +684,7 @@ func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
 	if err != nil {
 		return err
 	}
+	s.unconfirmed = nil
 	s.headETag = etag
 	s.mu.Lock()
 	s.stats.BytesUploaded += int64(len(hb))
