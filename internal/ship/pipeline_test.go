@@ -80,29 +80,8 @@ func TestPipelineSmallAfterLarge(t *testing.T) {
 	e := newEnvSeg(t, 21, 64<<20)
 	defer e.ws.Close()
 	rng := rand.New(rand.NewPCG(21, 1))
-	var mu sync.Mutex
-	held := "" // the key whose PUT is held (once)
-	holding := make(chan struct{}, 1)
-	release := make(chan struct{})
-	f := &remote.Faulty{Store: srv.Store(t, "pipeline")}
-	f.Hook = func(op, key string, n int) error {
-		mu.Lock()
-		hold := op == "put" && key == held
-		if hold {
-			held = ""
-		}
-		mu.Unlock()
-		if !hold {
-			return nil
-		}
-		holding <- struct{}{}
-		select {
-		case <-release:
-			return nil
-		case <-time.After(time.Minute):
-			return errors.New("the held upload was never released")
-		}
-	}
+	hold := newHolder("put")
+	f := &remote.Faulty{Store: srv.Store(t, "pipeline"), Hook: hold.hook}
 	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Parallel: 2})
 	base, err := sh.Round(ctx)
 	if err != nil {
@@ -119,17 +98,11 @@ func TestPipelineSmallAfterLarge(t *testing.T) {
 	if len(largeIDs) < 2 {
 		t.Fatalf("the large file has %d objects, want several", len(largeIDs))
 	}
-	mu.Lock()
-	held = remote.ObjectKey(largeIDs[0].String())
-	mu.Unlock()
+	hold.arm(remote.ObjectKey(largeIDs[0].String()))
 	if g, err := sh.step(ctx, up); err != nil || g != base {
 		t.Fatalf("step after the large group: group %d, %v; want %d (its objects are not up yet)", g, err, base)
 	}
-	select {
-	case <-holding:
-	case <-time.After(time.Minute):
-		t.Fatal("the large object's upload did not start")
-	}
+	hold.waitHeld(t)
 
 	// The small group, committed while the large one's upload is held.
 	before = e.objects()
@@ -158,7 +131,7 @@ func TestPipelineSmallAfterLarge(t *testing.T) {
 	e.verifyPull(f.Store, base)
 
 	// The held upload completes: one step ships both groups.
-	close(release)
+	hold.release()
 	waitFresh(t, sh, up, largeIDs[0])
 	if g, err := sh.step(ctx, up); err != nil || g != small {
 		t.Fatalf("step after the release: group %d, %v; want %d (both groups)", g, err, small)
@@ -634,26 +607,8 @@ func TestPipelineStaleCheckBeforeHead(t *testing.T) {
 		defer mu.Unlock()
 		return clock
 	}
-	held := ""
-	holding := make(chan struct{}, 1)
-	release := make(chan struct{})
-	f := &remote.Faulty{Store: srv.Store(t, "stale-head"), Hook: func(op, key string, n int) error {
-		mu.Lock()
-		hold := op == "head" && key == held
-		if hold {
-			held = ""
-		}
-		mu.Unlock()
-		if hold {
-			holding <- struct{}{}
-			select {
-			case <-release:
-			case <-time.After(time.Minute):
-				return errors.New("the held check was never released")
-			}
-		}
-		return nil
-	}}
+	hold := newHolder("head")
+	f := &remote.Faulty{Store: srv.Store(t, "stale-head"), Hook: hold.hook}
 	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Now: now, RefreshAfter: time.Hour})
 	up := sh.newUploader(ctx)
 	defer func() { up.close(); sh.waitMerge() }()
@@ -670,17 +625,11 @@ func TestPipelineStaleCheckBeforeHead(t *testing.T) {
 		t.Fatalf("group %d with %d objects (%v), want group %d with several", g.n, len(g.ids), err, want)
 	}
 	first, last := g.ids[0], g.ids[len(g.ids)-1]
-	mu.Lock()
-	held = remote.ObjectKey(last.String())
-	mu.Unlock()
+	hold.arm(remote.ObjectKey(last.String()))
 	if g, err := sh.step(ctx, up); err != nil || g == want {
 		t.Fatalf("first step: group %d, %v; want the objects only submitted", g, err)
 	}
-	select {
-	case <-holding:
-	case <-time.After(time.Minute):
-		t.Fatal("the last object's check did not start")
-	}
+	hold.waitHeld(t)
 	waitFresh(t, sh, up, g.ids[:len(g.ids)-1]...)
 	if g, err := sh.step(ctx, up); err != nil || g == want {
 		t.Fatalf("step with the last object held: group %d, %v", g, err)
@@ -691,7 +640,7 @@ func TestPipelineStaleCheckBeforeHead(t *testing.T) {
 	mu.Lock()
 	clock = clock.Add(sh.aheadLimit())
 	mu.Unlock()
-	close(release)
+	hold.release()
 	idle(t, up)
 	for i := 0; ; i++ {
 		g, err := sh.step(ctx, up)
@@ -721,27 +670,8 @@ func TestPipelineSnapshotInFlight(t *testing.T) {
 	e := newEnvSeg(t, 67, 64<<20)
 	defer e.ws.Close()
 	rng := rand.New(rand.NewPCG(67, 1))
-	var mu sync.Mutex
-	held := ""
-	holding := make(chan struct{}, 1)
-	release := make(chan struct{})
-	f := &remote.Faulty{Store: srv.Store(t, "snap-flight"), Hook: func(op, key string, n int) error {
-		mu.Lock()
-		hold := op == "put" && key == held
-		if hold {
-			held = ""
-		}
-		mu.Unlock()
-		if hold {
-			holding <- struct{}{}
-			select {
-			case <-release:
-			case <-time.After(time.Minute):
-				return errors.New("the held upload was never released")
-			}
-		}
-		return nil
-	}}
+	hold := newHolder("put")
+	f := &remote.Faulty{Store: srv.Store(t, "snap-flight"), Hook: hold.hook}
 	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Parallel: 2})
 	base, err := sh.Round(ctx)
 	if err != nil {
@@ -753,17 +683,11 @@ func TestPipelineSnapshotInFlight(t *testing.T) {
 	e.write("large", randData(rng, 600<<10))
 	g := e.commit()
 	largeIDs := e.newObjects(before)
-	mu.Lock()
-	held = remote.ObjectKey(largeIDs[0].String())
-	mu.Unlock()
+	hold.arm(remote.ObjectKey(largeIDs[0].String()))
 	if n, err := sh.step(ctx, up); err != nil || n != base {
 		t.Fatalf("step: group %d, %v; want %d", n, err, base)
 	}
-	select {
-	case <-holding:
-	case <-time.After(time.Minute):
-		t.Fatal("the held upload did not start")
-	}
+	hold.waitHeld(t)
 	in := e.snap("in-flight", time.Now())
 	if in.Group != g {
 		t.Fatalf("snapshot at group %d, want %d", in.Group, g)
@@ -781,7 +705,7 @@ func TestPipelineSnapshotInFlight(t *testing.T) {
 	if snaps, _, err := RemoteSnapshots(ctx, f.Store, "ws"); err != nil || len(snaps) != 0 {
 		t.Fatalf("remote snapshots while the head is before the snapshot's group: %+v, %v; want none", snaps, err)
 	}
-	close(release)
+	hold.release()
 	waitFresh(t, sh, up, largeIDs[0])
 	if n, err := sh.step(ctx, up); err != nil || n != want {
 		t.Fatalf("step after the release: group %d, %v; want %d", n, err, want)
@@ -796,3 +720,56 @@ func TestPipelineSnapshotInFlight(t *testing.T) {
 	checkFiles(t, dir, p, e.files[g])
 	e.verifyPull(f.Store, want)
 }
+
+// holder holds one remote operation (op on the armed key, once) until
+// released: a Faulty hook for tests that need an upload or check under
+// way while they look at the shipper.
+type holder struct {
+	op       string
+	mu       sync.Mutex
+	key      string // armed key ("" once held)
+	holding  chan struct{}
+	released chan struct{}
+}
+
+func newHolder(op string) *holder {
+	return &holder{op: op, holding: make(chan struct{}, 1), released: make(chan struct{})}
+}
+
+func (h *holder) hook(op, key string, n int) error {
+	h.mu.Lock()
+	hold := op == h.op && key != "" && key == h.key
+	if hold {
+		h.key = ""
+	}
+	h.mu.Unlock()
+	if !hold {
+		return nil
+	}
+	h.holding <- struct{}{}
+	select {
+	case <-h.released:
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("the held %s of %s was never released", op, key)
+	}
+}
+
+// arm holds the next operation on key.
+func (h *holder) arm(key string) {
+	h.mu.Lock()
+	h.key = key
+	h.mu.Unlock()
+}
+
+// waitHeld waits until the armed operation is being held.
+func (h *holder) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.holding:
+	case <-time.After(time.Minute):
+		t.Fatalf("the %s to hold did not start", h.op)
+	}
+}
+
+func (h *holder) release() { close(h.released) }
