@@ -160,12 +160,8 @@ func TestLeaseExpiresMidRound(t *testing.T) {
 	e := newEnv(t, 61)
 	defer e.ws.Close()
 	var mu sync.Mutex
-	clock := time.Now()
-	now := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return clock
-	}
+	clk := newTestClock()
+	now := clk.now
 	ttl := 30 * time.Second
 	steal := ""
 	var stealErr error
@@ -176,8 +172,7 @@ func TestLeaseExpiresMidRound(t *testing.T) {
 		if op == "put" && key == steal {
 			// The upload outlasts the lease; host B takes it over.
 			steal = ""
-			clock = clock.Add(ttl + time.Second)
-			_, stealErr = AcquireLease(ctx, f.Store, "ws", "host-b", ttl, true, clock)
+			_, stealErr = AcquireLease(ctx, f.Store, "ws", "host-b", ttl, true, clk.add(ttl+time.Second))
 		}
 		return nil
 	}

@@ -507,12 +507,8 @@ func TestPipelineStaleCheck(t *testing.T) {
 	e := newEnv(t, 53)
 	defer e.ws.Close()
 	var mu sync.Mutex
-	clock := time.Now()
-	now := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return clock
-	}
+	clk := newTestClock()
+	now := clk.now
 	checks := map[string]int{}
 	gate := make(chan struct{}) // object checks wait until the first step returned
 	f := &remote.Faulty{Store: srv.Store(t, "stale"), Hook: func(op, key string, n int) error {
@@ -553,7 +549,7 @@ func TestPipelineStaleCheck(t *testing.T) {
 	}
 	sh.setKnown(objid.Sum([]byte("an object no group names any more")), now())
 	mu.Lock()
-	clock = clock.Add(sh.aheadLimit())
+	clk.add(sh.aheadLimit())
 	n := checks[key]
 	mu.Unlock()
 	// Whenever a step ships the group, the object is in the bucket again.
@@ -601,12 +597,8 @@ func TestPipelineStaleCheckBeforeHead(t *testing.T) {
 	e := newEnv(t, 59)
 	defer e.ws.Close()
 	var mu sync.Mutex
-	clock := time.Now()
-	now := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return clock
-	}
+	clk := newTestClock()
+	now := clk.now
 	hold := newHolder("head")
 	f := &remote.Faulty{Store: srv.Store(t, "stale-head"), Hook: hold.hook}
 	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: f, Now: now, RefreshAfter: time.Hour})
@@ -638,7 +630,7 @@ func TestPipelineStaleCheckBeforeHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	clock = clock.Add(sh.aheadLimit())
+	clk.add(sh.aheadLimit())
 	mu.Unlock()
 	hold.release()
 	idle(t, up)
@@ -773,3 +765,26 @@ func (h *holder) waitHeld(t *testing.T) {
 }
 
 func (h *holder) release() { close(h.released) }
+
+// testClock is a settable clock for Options.Now, safe for the shipper's
+// goroutines.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newTestClock() *testClock { return &testClock{t: time.Now()} }
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// add moves the clock on by d and returns the new time.
+func (c *testClock) add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
