@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"wsfs/internal/agentstate"
@@ -110,7 +111,14 @@ func runStateRestore(ctx context.Context, g *globals, args []string) error {
 	if dst == "" {
 		dst = agentstate.PathsFor(h, name).DB
 	}
-	if err := agentstate.Restore(ctx, agentstate.RestoreOptions{ReplicaURL: url, To: dst, At: when}); err != nil {
+	// Restored as the workspace's own database, it continues the replica:
+	// its sidecar may replicate it there (agentstate.RestoreOptions.Adopt).
+	abs, err := filepath.Abs(dst)
+	if err != nil {
+		return err
+	}
+	adopt := abs == filepath.Clean(agentstate.PathsFor(h, name).DB)
+	if err := agentstate.Restore(ctx, agentstate.RestoreOptions{ReplicaURL: url, To: dst, At: when, Adopt: adopt}); err != nil {
 		if na := (*agentstate.NotAvailableError)(nil); errors.As(err, &na) {
 			return preconditionError{err} // the replica lacks the state asked for
 		}
