@@ -44,7 +44,12 @@ it, exit 4). It first takes the workspace's
 lease in the bucket: a workspace another host serves is refused (exit 3)
 with the holder and the lease's age; --steal takes over a lease that has
 expired (its host is gone). The agent state database is restored
-from its Litestream replica in the same bucket when one exists.
+from its Litestream replica in the same bucket when one exists, into the
+workspace directory before that appears under its name: a pull killed at
+any moment leaves no workspace (pull again) or one with its agent state.
+A replica that cannot be restored fails the pull and leaves no workspace;
+--no-agent-state pulls without it (its sidecar then refuses to replicate
+over that replica until 'wsfs state restore NAME').
 
 --from s3://BUCKET[/PREFIX]?endpoint=URL&path-style=true names the remote;
 default: the host config's remote. The workspace must not exist here.

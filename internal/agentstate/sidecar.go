@@ -144,10 +144,10 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		return nil, fmt.Errorf("create agent state directory: %w", err)
 	}
 	client, err := NewReplicaClient(opts.ReplicaURL)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = CheckReplica(ctx, client, opts.ReplicaURL, opts.CheckTimeout)
 	}
-	if err := CheckReplica(ctx, client, opts.ReplicaURL, opts.CheckTimeout); err != nil {
+	if err != nil {
 		// The database exists (unreplicated) even when the replica cannot
 		// be reached, so the agent can keep its state locally meanwhile;
 		// the next start checks it against the replica as below.
