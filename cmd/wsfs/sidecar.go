@@ -39,7 +39,8 @@ is not replicated to a replica that holds transactions: that would make
 every restore of the latest state return it (Litestream uploads it as the
 next transaction). The sidecar refuses (exit 3) naming what the replica
 holds: move the database aside and 'wsfs state restore NAME', or 'wsfs rm
-NAME' and 'wsfs pull NAME' again. A database restored from that replica
+NAME' and 'wsfs pull NAME' again; or 'wsfs state replace NAME' to replace
+the replica's state with the database. A database restored from that replica
 (by pull or state restore, which record it in state.db.adopted) starts,
 unless the replica has moved on since.
 

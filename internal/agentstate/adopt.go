@@ -70,7 +70,7 @@ func (e *ReplicaAheadError) Error() string {
 		"If the replica holds this workspace's agent state (for example after an interrupted or --no-agent-state `wsfs pull`), "+
 		"move %s (and its -wal and -shm files) aside and restore it: `wsfs state restore NAME` "+
 		"(or `wsfs rm NAME` and `wsfs pull NAME` again); "+
-		"to keep this database instead, replicate it elsewhere (--replica, agent_state.replica_url)",
+		"to replace the replica's state with this database instead (a workspace name reused after `wsfs rm`), run `wsfs state replace NAME`",
 		e.Replica, e.Extent.MinTXID, e.Extent.MaxTXID, e.Extent.First.Format(ts), e.Extent.Last.Format(ts),
 		why, e.DB)
 }
@@ -230,4 +230,29 @@ func inode(path string) (uint64, error) {
 		return 0, fmt.Errorf("%s: no inode number", path)
 	}
 	return sys.Ino, nil
+}
+
+// Replace declares that the database at path (created, empty, if missing)
+// replaces the state replica url holds: it writes the adoption record with
+// the replica's last transaction, so that the next sidecar start
+// replicates the database over it (the replaced state stays reachable by
+// point-in-time restores until Litestream's retention removes it). For a
+// workspace name reused after `wsfs rm`, or a database deliberately
+// started afresh; it returns what the replica held.
+func Replace(ctx context.Context, path, url, workspace string) (ReplicaExtent, error) {
+	client, err := NewReplicaClient(url)
+	if err != nil {
+		return ReplicaExtent{}, err
+	}
+	if err := CheckReplica(ctx, client, url, 30*time.Second); err != nil {
+		return ReplicaExtent{}, err
+	}
+	ext, err := Extent(ctx, client)
+	if err != nil {
+		return ext, fmt.Errorf("replica %s: list it: %w", url, err)
+	}
+	if err := Ensure(path, workspace); err != nil {
+		return ext, err
+	}
+	return ext, writeAdoption(path, path, url, ext.MaxTXID)
 }

@@ -76,7 +76,6 @@ func TestStartRefusesOverReplicaWithState(t *testing.T) {
 	newWriter(t, byAgent.DBPath).db.Close()
 	refused("a database the agent created", byAgent)
 	checkReplica("after the refusals", want)
-
 	// Restored with Adopt: it continues the replica.
 	adopted := other()
 	if err := Restore(ctx, RestoreOptions{ReplicaURL: a.ReplicaURL, To: adopted.DBPath, Adopt: true}); err != nil {
@@ -139,4 +138,31 @@ func TestStartRefusesOverReplicaWithState(t *testing.T) {
 		t.Fatalf("restart of the adopted database's sidecar: %v", err)
 	}
 	s3.Close(ctx)
+
+	// Unless told that it replaces the replica's state.
+	replacing := other()
+	refused("before Replace", replacing)
+	if _, err := Replace(ctx, replacing.DBPath, a.ReplicaURL, "ws-test"); err != nil {
+		t.Fatal(err)
+	}
+	s4, err := Start(ctx, replacing)
+	if err != nil {
+		t.Fatalf("after Replace: %v", err)
+	}
+	if _, err := s4.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	to := filepath.Join(t.TempDir(), "replaced.db")
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: a.ReplicaURL, To: to}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := OpenDB(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'progress'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("after Replace the replica restores a progress table (%d, %v), want the new database without it", n, err)
+	}
 }
