@@ -218,6 +218,7 @@ func TestPullKilledAgentState(t *testing.T) {
 			if n := noteCount(t, dbB); n != rows {
 				t.Fatalf("pull killed at %s: the agent state has %d rows, want %d", p.what, n, rows)
 			}
+			t.Logf("pull killed at %s (killed: %v): the workspace is there with its agent state", p.what, killed)
 		} else {
 			t.Logf("pull killed at %s left no workspace: pulling again", p.what)
 			wsfsOutput(t, commandTimeout, "pull", "--home", homeB, "ws")
