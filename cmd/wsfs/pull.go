@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"wsfs/internal/agentstate"
@@ -43,7 +44,12 @@ it, exit 4). It first takes the workspace's
 lease in the bucket: a workspace another host serves is refused (exit 3)
 with the holder and the lease's age; --steal takes over a lease that has
 expired (its host is gone). The agent state database is restored
-from its Litestream replica in the same bucket when one exists.
+from its Litestream replica in the same bucket when one exists, into the
+workspace directory before that appears under its name: a pull killed at
+any moment leaves no workspace (pull again) or one with its agent state.
+A replica that cannot be restored fails the pull and leaves no workspace;
+--no-agent-state pulls without it (its sidecar then refuses to replicate
+over that replica until 'wsfs state restore NAME').
 
 --from s3://BUCKET[/PREFIX]?endpoint=URL&path-style=true names the remote;
 default: the host config's remote. The workspace must not exist here.
@@ -124,9 +130,46 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	start := time.Now()
+	// The agent state is restored into the workspace directory before it
+	// is published (ship.PullOptions.BeforePublish): a pull killed at any
+	// moment leaves either no workspace (pull again) or one with its
+	// agent state, never one whose sidecar would start from an empty
+	// database (the sidecar refuses that too: agentstate.ReplicaAheadError).
+	var agentMsg string
+	var agentErr error
+	restoreAgent := func(tmp string, res ship.PullResult) error {
+		if *noAgent {
+			return nil
+		}
+		url := cfg.AgentStateURL(name)
+		ro := agentstate.RestoreOptions{ReplicaURL: url, To: filepath.Join(host.AgentDirIn(tmp), agentstate.DBName), Adopt: true}
+		if !at.IsZero() {
+			ro.At = res.AsOfTime
+		}
+		err := agentstate.Restore(ctx, ro)
+		var na *agentstate.NotAvailableError
+		switch {
+		case err == nil:
+			agentMsg = fmt.Sprintf("%s: restored the agent state from %s\n", name, cfg)
+		case errors.As(err, &na) && na.ListErr == nil && na.First.IsZero():
+			// Nothing was ever replicated: the workspace has no agent state.
+			agentMsg = fmt.Sprintf("%s: no agent state in %s (none was ever replicated)\n", name, cfg)
+		default:
+			agentErr = fmt.Errorf("pull %s: restore the agent state from %s: %w (nothing was written here; pull again, "+
+				"or pull with --no-agent-state, after which the workspace's sidecar refuses to replicate over that replica)", name, url, err)
+			return agentErr
+		}
+		return nil
+	}
 	res, err := ship.Pull(ctx, ship.PullOptions{Store: st, Name: name, Dir: h.WorkspaceDir(name), Pool: p, At: at,
-		Lazy: !*fetchAll, RemoteURL: cfg.URL()})
+		Lazy: !*fetchAll, RemoteURL: cfg.URL(), BeforePublish: restoreAgent})
 	if err != nil {
+		if agentErr != nil {
+			if na := (*agentstate.NotAvailableError)(nil); errors.As(err, &na) {
+				return preconditionError{err}
+			}
+			return err
+		}
 		var ce *ship.CorruptRemoteError
 		if errors.As(err, &ce) {
 			return corruptError{err}
@@ -164,18 +207,6 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 			fmt.Fprintf(g.stdout, "%s: shipped as the new remote head (group %d)\n", name, g2)
 		}
 	}
-	if *noAgent {
-		return nil
-	}
-	url := cfg.AgentStateURL(name)
-	ro := agentstate.RestoreOptions{ReplicaURL: url, To: agentstate.PathsFor(h, name).DB}
-	if !at.IsZero() {
-		ro.At = res.AsOfTime
-	}
-	if err := agentstate.Restore(ctx, ro); err != nil {
-		fmt.Fprintf(g.stderr, "%s: agent state not restored from %s: %v\n", name, cfg, err)
-		return nil
-	}
-	fmt.Fprintf(g.stdout, "%s: restored the agent state from %s\n", name, cfg)
+	fmt.Fprint(g.stdout, agentMsg)
 	return nil
 }

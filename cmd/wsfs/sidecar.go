@@ -33,6 +33,17 @@ host config's "agent_state": {"replica_url": ...} names another. A replica
 that cannot be reached is an error at start-up (exit 1); the workspace's
 daemon does not depend on it and keeps serving files.
 
+A database that has never replicated from this host (no Litestream
+position beside it: missing, just created, or written by the agent first)
+is not replicated to a replica that holds transactions: that would make
+every restore of the latest state return it (Litestream uploads it as the
+next transaction). The sidecar refuses (exit 3) naming what the replica
+holds: move the database aside and 'wsfs state restore NAME', or 'wsfs rm
+NAME' and 'wsfs pull NAME' again; or 'wsfs state replace NAME' to replace
+the replica's state with the database. A database restored from that replica
+(by pull or state restore, which record it in state.db.adopted) starts,
+unless the replica has moved on since.
+
 Replication is asynchronous: a transaction reaches the replica within about
 one --sync-interval, so a host loss can cost the last interval. Callers
 that need a confirmed position run 'wsfs state sync NAME'.
@@ -83,8 +94,10 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 		SyncInterval: *interval,
 		Logger:       lg,
 	})
-	if errors.Is(err, vfs.ErrLocked) {
-		return preconditionError{err} // a second sidecar for the workspace
+	if ra := (*agentstate.ReplicaAheadError)(nil); errors.Is(err, vfs.ErrLocked) || errors.As(err, &ra) {
+		// A second sidecar for the workspace, or a database that would
+		// replace the replica's state (never replicated from here).
+		return preconditionError{err}
 	}
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"wsfs/internal/agentstate"
@@ -18,6 +19,7 @@ func init() {
 		subcommands: []command{
 			{name: "sync", summary: "wait until the replica has everything committed so far", run: runStateSync},
 			{name: "restore", summary: "rebuild the database from the replica (latest, or --at TIME)", run: runStateRestore},
+			{name: "replace", summary: "let the sidecar replicate the database over the state its replica holds", run: runStateReplace},
 		},
 	})
 }
@@ -51,6 +53,50 @@ Rebuilds the agent state database of workspace NAME from its replica into
 --at restores the state as of TIME (RFC 3339, e.g. 2026-01-02T15:04:05Z);
 a TIME outside the replica's range is refused with the range it has.
 Never overwrites a file.`
+
+const stateReplaceAbout = `
+Declares that the agent state database of workspace NAME (created, empty,
+if missing) replaces the state its replica holds. A sidecar refuses (exit 3)
+to replicate a database that never replicated from this host to a replica
+holding transactions, since every restore of the latest state would then
+return that database; after 'wsfs state replace' the next sidecar start
+does exactly that. For a workspace name reused after 'wsfs rm' (the old
+workspace's replica stays in place), or a state deliberately started
+afresh; to keep the replica's state, use 'wsfs state restore' instead. The
+replaced transactions stay reachable by 'wsfs state restore --at' until
+Litestream's retention removes them. Prints what the replica held.`
+
+func runStateReplace(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "state replace", "NAME", stateReplaceAbout)
+	g.homeFlag(fs)
+	replica := fs.String("replica", "", "replica path or URL (default: config, else POOL/replicas/NAME)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	name, err := nameArg(fs)
+	if err != nil {
+		return err
+	}
+	h, err := openHostChecked(g.home, name)
+	if err != nil {
+		return err
+	}
+	url, err := agentstate.ReplicaURL(h, name, *replica)
+	if err != nil {
+		return err
+	}
+	ext, err := agentstate.Replace(ctx, agentstate.PathsFor(h, name).DB, url, name)
+	if err != nil {
+		return err
+	}
+	if ext.MaxTXID == 0 {
+		fmt.Fprintf(g.stdout, "%s: replica %s is empty; the sidecar replicates the database there\n", name, url)
+		return nil
+	}
+	fmt.Fprintf(g.stdout, "%s: the next sidecar start replicates the database over replica %s (transactions %s to %s, written %s to %s)\n",
+		name, url, ext.MinTXID, ext.MaxTXID, ext.First.Format(time.RFC3339), ext.Last.Format(time.RFC3339))
+	return nil
+}
 
 func runStateSync(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "state sync", "NAME", stateSyncAbout)
@@ -110,7 +156,14 @@ func runStateRestore(ctx context.Context, g *globals, args []string) error {
 	if dst == "" {
 		dst = agentstate.PathsFor(h, name).DB
 	}
-	if err := agentstate.Restore(ctx, agentstate.RestoreOptions{ReplicaURL: url, To: dst, At: when}); err != nil {
+	// Restored as the workspace's own database, it continues the replica:
+	// its sidecar may replicate it there (agentstate.RestoreOptions.Adopt).
+	abs, err := filepath.Abs(dst)
+	if err != nil {
+		return err
+	}
+	adopt := abs == filepath.Clean(agentstate.PathsFor(h, name).DB)
+	if err := agentstate.Restore(ctx, agentstate.RestoreOptions{ReplicaURL: url, To: dst, At: when, Adopt: adopt}); err != nil {
 		if na := (*agentstate.NotAvailableError)(nil); errors.As(err, &na) {
 			return preconditionError{err} // the replica lacks the state asked for
 		}

@@ -165,3 +165,56 @@ func TestHostPreconditions(t *testing.T) {
 		}
 	}
 }
+
+// TestSidecarRefusesReplicaWithStateCLI: a workspace name reused after
+// rm (its replica still holds the old workspace's state): `wsfs sidecar`
+// refuses (exit 3) naming `wsfs state restore` and `wsfs state replace`
+// and creates no database; after `wsfs state replace` a sidecar starts.
+func TestSidecarRefusesReplicaWithStateCLI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	home := t.TempDir()
+	h, err := host.Init(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CreateWorkspace("ws-1"); err != nil {
+		t.Fatal(err)
+	}
+	p := agentstate.PathsFor(h, "ws-1")
+	opts := agentstate.Options{Workspace: "ws-1", DBPath: p.DB, ReplicaURL: p.ReplicaDir, SocketPath: p.Socket, StatusPath: p.Status}
+	sc, err := agentstate.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.RemoveWorkspace("ws-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CreateWorkspace("ws-1"); err != nil {
+		t.Fatal(err)
+	}
+	// The refusal returns at once; a sidecar that started would run
+	// until this deadline and exit 0.
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	code, _, stderr := runCLI(sctx, "sidecar", "--home", home, "ws-1")
+	scancel()
+	if code != exitPrecondition || !strings.Contains(stderr, "wsfs state restore") || !strings.Contains(stderr, "wsfs state replace") {
+		t.Fatalf("sidecar over the old workspace's replica: exit %d, %q; want exit 3 naming state restore and state replace", code, stderr)
+	}
+	if _, err := os.Stat(p.DB); err == nil {
+		t.Errorf("the refused sidecar created %s", p.DB)
+	}
+	code, stdout, stderr := runCLI(ctx, "state", "replace", "--home", home, "ws-1")
+	if code != exitOK || !strings.Contains(stdout, "replicates the database over replica") {
+		t.Fatalf("state replace: exit %d, %q, %q", code, stdout, stderr)
+	}
+	if sc, err = agentstate.Start(ctx, opts); err != nil {
+		t.Fatalf("sidecar after state replace: %v", err)
+	}
+	if _, err := sc.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -23,6 +23,11 @@ type RestoreOptions struct {
 	// At, if set, restores the state as of that time (the last transaction
 	// replicated at or before it); zero restores the latest replicated state.
 	At time.Time
+	// Adopt records beside To (To+AdoptedSuffix, before To appears) that
+	// the database continues this replica, so that a sidecar replicating
+	// To to ReplicaURL starts (see adopt.go). For a workspace's own
+	// database; without it such a sidecar refuses.
+	Adopt bool
 }
 
 // Restore rebuilds a database from a replica into opt.To, written to a
@@ -65,12 +70,23 @@ func Restore(ctx context.Context, opt RestoreOptions) error {
 	}
 	defer os.RemoveAll(tmpDir)
 	out := filepath.Join(tmpDir, filepath.Base(opt.To))
+	// What the replica holds before the restore reads it: the adoption
+	// record must not claim more than the restored database continues.
+	var ext ReplicaExtent
+	if opt.Adopt {
+		if ext, err = Extent(ctx, client); err != nil {
+			return fmt.Errorf("restore %s: list replica %s: %w", opt.To, opt.ReplicaURL, err)
+		}
+	}
 	r := litestream.NewReplicaWithClient(nil, client)
 	ro := litestream.NewRestoreOptions()
 	ro.OutputPath = out
 	ro.Timestamp = opt.At
 	ro.IntegrityCheck = litestream.IntegrityCheckQuick
 	err = r.Restore(ctx, ro)
+	if err == nil && opt.Adopt {
+		err = writeAdoption(opt.To, out, opt.ReplicaURL, ext.MaxTXID)
+	}
 	if err == nil {
 		err = publishPrivate(out, opt.To)
 	}
@@ -125,31 +141,12 @@ func (e *NotAvailableError) Error() string {
 // notAvailable lists the replica to say what it holds.
 func notAvailable(ctx context.Context, c litestream.ReplicaClient, opt RestoreOptions, cause error) *NotAvailableError {
 	e := &NotAvailableError{ReplicaURL: opt.ReplicaURL, At: opt.At, Err: cause}
-	for level := 0; level <= litestream.SnapshotLevel; level++ {
-		itr, err := c.LTXFiles(ctx, level, 0, true)
-		if err != nil {
-			e.ListErr = err
-			return e
-		}
-		for itr.Next() {
-			f := itr.Item()
-			if e.First.IsZero() || f.CreatedAt.Before(e.First) {
-				e.First = f.CreatedAt
-			}
-			if f.CreatedAt.After(e.Last) {
-				e.Last = f.CreatedAt
-			}
-			if e.MinTXID == 0 || f.MinTXID < e.MinTXID {
-				e.MinTXID = f.MinTXID
-			}
-			e.MaxTXID = max(e.MaxTXID, f.MaxTXID)
-		}
-		if err := itr.Close(); err != nil {
-			e.ListErr = err
-			return e
-		}
+	ext, err := Extent(ctx, c)
+	if err != nil {
+		e.ListErr = err
+		return e
 	}
-	e.First, e.Last = e.First.UTC(), e.Last.UTC()
+	e.First, e.Last, e.MinTXID, e.MaxTXID = ext.First, ext.Last, ext.MinTXID, ext.MaxTXID
 	return e
 }
 

@@ -143,17 +143,15 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	if err := vfs.MkdirAllDurable(vfs.Default, filepath.Dir(opts.DBPath), dirPerm); err != nil {
 		return nil, fmt.Errorf("create agent state directory: %w", err)
 	}
-	// The database exists (unreplicated) even when the replica cannot be
-	// reached, so the agent can keep its state locally meanwhile.
-	if err := Ensure(opts.DBPath, opts.Workspace); err != nil {
-		return nil, err
-	}
 	client, err := NewReplicaClient(opts.ReplicaURL)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = CheckReplica(ctx, client, opts.ReplicaURL, opts.CheckTimeout)
 	}
-	if err := CheckReplica(ctx, client, opts.ReplicaURL, opts.CheckTimeout); err != nil {
-		return nil, err
+	if err != nil {
+		// The database exists (unreplicated) even when the replica cannot
+		// be reached, so the agent can keep its state locally meanwhile;
+		// the next start checks it against the replica as below.
+		return nil, errors.Join(err, Ensure(opts.DBPath, opts.Workspace))
 	}
 	// One sidecar per database: two would upload conflicting LTX files.
 	lock, err := vfs.Default.Lock(opts.DBPath + ".sidecar-lock")
@@ -164,6 +162,17 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		return nil, fmt.Errorf("lock agent state: %w", err)
 	}
 	s.lock = lock
+	// Never replicate a database that has not replicated from here over a
+	// replica that holds state (adopt.go), and create none then: the
+	// refusal leaves the path free for `wsfs state restore`.
+	adopted, err := checkReplicaBehind(ctx, client, opts.DBPath, opts.ReplicaURL, opts.CheckTimeout)
+	if err == nil {
+		err = Ensure(opts.DBPath, opts.Workspace)
+	}
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
 	fail := func(err error) (*Sidecar, error) {
 		if s.ln != nil {
 			s.ln.Close()
@@ -229,6 +238,11 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	if err := s.snapshot(ctx); err != nil {
 		s.setErr(err)
 		log.Error("start-up snapshot failed; the store's snapshot monitor takes one, and the next start retries", "err", err)
+	} else if adopted {
+		// Litestream's local files hold the position now.
+		if err := dropAdoption(opts.DBPath); err != nil {
+			log.Error("remove the adoption record", "err", err)
+		}
 	}
 	// The first sync ran Litestream's initialisation, which removes and
 	// recreates the L0 directory (plain MkdirAll) when it finds the

@@ -47,6 +47,13 @@ type PullOptions struct {
 	// contents on first read and in a background prefetch.
 	Lazy      bool
 	RemoteURL string // the remote as a remote.Config URL (required with Lazy)
+	// BeforePublish, if set, is called with the workspace directory under
+	// its temporary name once everything else is in it, before it is
+	// synced and renamed to Dir, and with the result so far (AsOf and
+	// AsOfTime are set). What it writes there is published with the
+	// workspace; an error publishes nothing. wsfs pull restores the agent
+	// state here, so that no workspace exists without it.
+	BeforePublish func(tmp string, res PullResult) error
 }
 
 // PullResult describes a finished Pull.
@@ -151,6 +158,9 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 			if err := snapshot.Import(opts.FS, tmp, in, lastSnapID); err != nil {
 				return err
 			}
+		}
+		if opts.BeforePublish != nil {
+			return opts.BeforePublish(tmp, res)
 		}
 		return nil
 	}
