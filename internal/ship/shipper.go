@@ -162,9 +162,10 @@ type Shipper struct {
 	knownPruned time.Time
 	merging     *mergeJob // Run's background merge, if one runs
 	tails       map[uint64]*seglog.Tail
-	buf         []group // durable groups read but not yet shipped, in order
-	failed      error   // sticky: a local sync failed, or another writer changed the head
-	needCkpt    bool    // a referenced object is gone locally: ship a newer checkpoint
+	buf         []group          // durable groups read but not yet shipped, in order
+	failed      error            // sticky: a local sync failed, or another writer changed the head
+	needCkpt    bool             // a referenced object is gone locally: ship a newer checkpoint
+	ckCache     *localCheckpoint // the last checkpoint read (latestCheckpoint)
 	// pulled holds the objects of the workspace's FetchState (read once,
 	// when a missing object first needs it); nil: not read yet.
 	pulled map[objid.ID]bool
@@ -396,17 +397,7 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 	// objects are all fresh in the bucket (all: wait for every group).
 	var ckIDs []objid.ID
 	if ck != nil {
-		seen := map[objid.ID]bool{}
-		for _, n := range ck.tree.Inodes() {
-			if n.IsReg() {
-				n.Content.Objects(func(id objid.ID) {
-					if !seen[id] {
-						seen[id] = true
-						ckIDs = append(ckIDs, id)
-					}
-				})
-			}
-		}
+		ckIDs = ck.objects()
 	}
 	for i := range s.buf {
 		if err := s.groupObjects(&s.buf[i]); err != nil {
@@ -539,6 +530,9 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		return s.head.Group, err
 	}
 	s.head = nh
+	if c := s.ckCache; c != nil && nh.Checkpoint != nil && nh.Checkpoint.Group >= c.group {
+		s.ckCache = nil // shipped: its bytes need not stay in memory
+	}
 	now = s.opts.Now()
 	i = 0
 	var lastSeen time.Time
@@ -911,16 +905,44 @@ type localCheckpoint struct {
 	group uint64
 	file  []byte
 	tree  *namespace.Tree
+	ids   []objid.ID // objects(): the content objects its tree references, once
+}
+
+// objects returns the distinct content objects the checkpoint's tree
+// references, computed once.
+func (c *localCheckpoint) objects() []objid.ID {
+	if c.ids != nil {
+		return c.ids
+	}
+	seen := map[objid.ID]bool{}
+	c.ids = []objid.ID{}
+	for _, n := range c.tree.Inodes() {
+		if n.IsReg() {
+			n.Content.Objects(func(id objid.ID) {
+				if !seen[id] {
+					seen[id] = true
+					c.ids = append(c.ids, id)
+				}
+			})
+		}
+	}
+	return c.ids
 }
 
 // latestCheckpoint returns the newest local checkpoint that verifies, or
-// nil.
+// nil. A checkpoint file never changes once published (a newer group's
+// is a new file), so the last one read is kept (ckCache) and not read,
+// verified and decoded again by every step while it waits to be shipped;
+// the cache is dropped once a head holds a checkpoint at least as new.
 func (s *Shipper) latestCheckpoint() (*localCheckpoint, error) {
 	gs, err := seglog.CheckpointGroups(s.opts.FS, s.ckDir)
 	if err != nil {
 		return nil, err
 	}
 	for i := len(gs) - 1; i >= 0; i-- {
+		if c := s.ckCache; c != nil && c.group == gs[i] {
+			return c, nil
+		}
 		path := filepath.Join(s.ckDir, seglog.CheckpointName(gs[i]))
 		b, err := vfs.ReadFile(s.opts.FS, path)
 		if isNotExist(err) {
@@ -937,7 +959,8 @@ func (s *Shipper) latestCheckpoint() (*localCheckpoint, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ship %s: checkpoint %s: %w", s.opts.Name, path, err)
 		}
-		return &localCheckpoint{group: gs[i], file: b, tree: t}, nil
+		s.ckCache = &localCheckpoint{group: gs[i], file: b, tree: t}
+		return s.ckCache, nil
 	}
 	return nil, nil
 }
