@@ -333,6 +333,14 @@ func (h *Host) Locked(name string) (bool, error) {
 // The lock is held while the directory is removed, so no daemon can open the
 // workspace half-deleted; a daemon that starts afterwards finds it unknown.
 func (h *Host) RemoveWorkspace(name string) error {
+	return h.RemoveWorkspaceAfter(name, nil)
+}
+
+// RemoveWorkspaceAfter is RemoveWorkspace that first runs first (when not
+// nil) under the same locks, and removes nothing if it fails: for work
+// that must be done with no daemon serving the workspace, before it goes
+// (`wsfs rm --remote` deletes its remote copy there).
+func (h *Host) RemoveWorkspaceAfter(name string, first func() error) error {
 	if err := h.CheckWorkspace(name); err != nil {
 		return err
 	}
@@ -341,6 +349,11 @@ func (h *Host) RemoveWorkspace(name string) error {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	defer l.Close()
+	if first != nil {
+		if err := first(); err != nil {
+			return err
+		}
+	}
 	// Rename first so the removal is atomic for readers of the registry.
 	dir := h.WorkspaceDir(name)
 	trash := h.RemovingDir(name)

@@ -135,7 +135,7 @@ func (c Config) Validate() error {
 // state in this remote: P/agent/NAME in the same bucket. Credentials come
 // from the same environment variables.
 func (c Config) AgentStateURL(name string) string {
-	key := "agent/" + name
+	key := AgentKey(name)
 	if c.Prefix != "" {
 		key = c.Prefix + "/" + key
 	}
