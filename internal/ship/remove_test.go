@@ -25,7 +25,7 @@ func TestRemoveRemote(t *testing.T) {
 	t0 := time.Now()
 	for _, name := range []string{"ws", "ws-b"} {
 		e := newEnv(t, 11)
-		for range 30 {
+		for range 8 {
 			e.step()
 			e.commit()
 		}
@@ -121,5 +121,29 @@ func TestRemoveRemote(t *testing.T) {
 	// Gone: a new host can take the name afresh.
 	if _, err := AcquireLease(ctx, st, "ws", "host-c", ttl, false, late); err != nil {
 		t.Fatalf("host C takes the removed workspace's name: %v", err)
+	}
+
+	// A removal that outlives its lease stops: host C steals ws-b's
+	// lease (expired on C's clock) during B's second delete, and B's
+	// next renewal finds it.
+	short := 60 * time.Millisecond
+	deletes = 0
+	faulty.Hook = func(op, key string, n int) error {
+		if op == "delete" {
+			deletes++
+			if deletes == 2 {
+				if _, err := AcquireLease(ctx, st, "ws-b", "host-c", time.Minute, true, late.Add(time.Second)); err != nil {
+					t.Errorf("host C steals ws-b's expired lease: %v", err)
+				}
+				time.Sleep(short) // B's next delete renews first
+			}
+		}
+		return nil
+	}
+	if _, err := RemoveRemote(ctx, faulty, "ws-b", "host-b", short, true, late); !errors.As(err, &le) || le.Lease.Holder != "host-c" {
+		t.Fatalf("removal after its lease was taken over: %v, want a LeaseError naming host-c", err)
+	}
+	if deletes != 2 {
+		t.Fatalf("the removal went on for %d deletes after it lost its lease", deletes-2)
 	}
 }
