@@ -6,6 +6,7 @@ import (
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
 	"wsfs/internal/layout"
+	"wsfs/internal/ship"
 	"wsfs/internal/vfs"
 )
 
@@ -28,7 +29,7 @@ var exitCodes = []struct {
 	{exitOK, "success; also `-h`/`--help`, and a daemon or sidecar stopped by SIGINT/SIGTERM after its final commit or sync"},
 	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, a mount removed from outside, no sidecar answering `state sync`"},
 	{exitUsage, "usage error: unknown command or flag, bad flag value, missing or extra argument, invalid workspace name (the message says what is wrong with it)"},
-	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout), or not the user the host belongs to; mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout, or a layout filesystem not mounted; gc unable to account for every workspace using the pool, or another gc running; a replica without the state asked for (`state restore`); a sidecar whose database never replicated from this host while its replica holds state (restore it first)"},
+	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout), or not the user the host belongs to; mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout, or a layout filesystem not mounted; gc unable to account for every workspace using the pool, or another gc running; a workspace pushed from this host (`push`, `sync`); a replica without the state asked for (`state restore`); a sidecar whose database never replicated from this host while its replica holds state (restore it first)"},
 	{exitCorrupt, "corrupt data (log or object): the message names the segment or object and what to do"},
 }
 
@@ -66,6 +67,7 @@ var sentinelCodes = []struct {
 	{layout.ErrBusy, exitPrecondition},
 	{layout.ErrNotEmpty, exitPrecondition},
 	{layout.ErrNoLayout, exitPrecondition},
+	{ship.ErrPushed, exitPrecondition}, // push, sync of a workspace pushed from here
 }
 
 func exitCodeOf(err error) int {

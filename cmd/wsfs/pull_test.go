@@ -5,13 +5,28 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"wsfs/internal/host"
+	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
 	"wsfs/internal/ship"
 )
+
+// writeRemoteConfig writes the host config of a host made by init (the
+// default directories) with remote section cfg.
+func writeRemoteConfig(t *testing.T, home string, cfg remote.Config) {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"state_dir": "state", "pool_dir": "pool", "mount_dir": "mnt", "remote": cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, host.ConfigFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestPullFailedReleasesLease: a pull that fails takes nothing over. The
 // lease it took is released, so that the host that creates or serves a
@@ -24,13 +39,7 @@ func TestPullFailedReleasesLease(t *testing.T) {
 	if code, out := wsfsRun(context.Background(), "init", "--home", home); code != 0 {
 		t.Fatalf("init: %d %s", code, out)
 	}
-	b, err := json.Marshal(map[string]any{"state_dir": "state", "pool_dir": "pool", "mount_dir": "mnt", "remote": srv.Config("")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, host.ConfigFile), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeRemoteConfig(t, home, srv.Config(""))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	code, out, errOut := runCLI(ctx, "pull", "--home", home, "nothere")
@@ -43,5 +52,30 @@ func TestPullFailedReleasesLease(t *testing.T) {
 	st := srv.Store(t, "")
 	if _, err := ship.AcquireLease(ctx, st, "nothere", "another-host", 0, false, time.Now()); err != nil {
 		t.Fatalf("another host takes the lease after the failed pull, without --steal: %v", err)
+	}
+}
+
+// TestPushTwice: a second push of a workspace (or a sync of it) is refused
+// at once with exit 3, saying it was pushed already, instead of retrying
+// until --timeout and then blaming the timeout.
+func TestPushTwice(t *testing.T) {
+	srv := s3test.Start(t)
+	home := newHost(t)
+	writeRemoteConfig(t, home, srv.Config(""))
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsckWrite(t, h, map[string][]byte{"a": []byte("committed")})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if code, out, errOut := runCLI(ctx, "push", "--home", home, "ws"); code != exitOK {
+		t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, cmd := range []string{"push", "sync"} {
+		code, out, errOut := runCLI(ctx, cmd, "--home", home, "--timeout", "10m", "ws")
+		if code != exitPrecondition || !strings.Contains(errOut, "was pushed from this host") || ctx.Err() != nil {
+			t.Fatalf("%s after push: exit %d\n%s%s\nwant exit 3 at once, saying it was pushed", cmd, code, out, errOut)
+		}
 	}
 }

@@ -16,6 +16,11 @@ import (
 // longer shipped (nor may it take the lease back by itself).
 const PushedName = "pushed"
 
+// ErrPushed is wrapped by a round of a workspace pushed from this host
+// (PushedName exists): a refusal that lasts until the workspace is
+// removed, so nothing retries it.
+var ErrPushed = errors.New("the workspace was pushed from this host")
+
 // DefaultLeaseTTL is how long a lease lasts without renewal.
 const DefaultLeaseTTL = 30 * time.Second
 

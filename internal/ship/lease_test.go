@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -204,5 +206,28 @@ func TestLeaseExpiresMidRound(t *testing.T) {
 	}
 	if h, _, err := ReadHead(ctx, f.Store, "ws"); err != nil || h.Group != base {
 		t.Fatalf("head at group %d (%v) after A lost its lease mid-round; want A's last head %d", h.Group, err, base)
+	}
+}
+
+// TestShipThroughPushed: a workspace pushed from this host is never
+// shipped from it again, so ShipThrough (push, sync) fails at once with
+// ErrPushed instead of retrying that refusal until its context ends (a
+// second 'wsfs push' waited out its whole --timeout, then blamed the
+// timeout).
+func TestShipThroughPushed(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "pushed")
+	e := newEnv(t, 12)
+	defer e.ws.Close()
+	e.step()
+	e.commit()
+	if err := os.WriteFile(filepath.Join(e.dir(), PushedName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st, HostID: "host-a"})
+	if _, err := sh.ShipThrough(ctx, e.ws.Stats().CommittedGroup); !errors.Is(err, ErrPushed) || ctx.Err() != nil {
+		t.Fatalf("ShipThrough of a pushed workspace: %v (context: %v); want ErrPushed at once", err, ctx.Err())
 	}
 }
