@@ -231,8 +231,12 @@ func checkOwned(home string, paths ...string) error {
 		if !ok || st.Uid == me || st.Uid == 0 {
 			continue
 		}
-		return fmt.Errorf("%w: %s is owned by uid %d, not by uid %d that runs wsfs (nor root), so that user could replace what wsfs keeps there: "+
-			"give it to uid %d (chown), or run wsfs as uid %d", ErrNotOwner, p, st.Uid, me, me, st.Uid)
+		nor := " (nor root)"
+		if me == 0 {
+			nor = ""
+		}
+		return fmt.Errorf("%w: %s is owned by uid %d, not by uid %d that runs wsfs%s, so that user could replace what wsfs keeps there: "+
+			"give it to uid %d (chown), or run wsfs as uid %d", ErrNotOwner, p, st.Uid, me, nor, me, st.Uid)
 	}
 	return nil
 }
