@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -52,30 +51,5 @@ func TestPullFailedReleasesLease(t *testing.T) {
 	st := srv.Store(t, "")
 	if _, err := ship.AcquireLease(ctx, st, "nothere", "another-host", 0, false, time.Now()); err != nil {
 		t.Fatalf("another host takes the lease after the failed pull, without --steal: %v", err)
-	}
-}
-
-// TestPushTwice: a second push of a workspace (or a sync of it) is refused
-// at once with exit 3, saying it was pushed already, instead of retrying
-// until --timeout and then blaming the timeout.
-func TestPushTwice(t *testing.T) {
-	srv := s3test.Start(t)
-	home := newHost(t)
-	writeRemoteConfig(t, home, srv.Config(""))
-	h, err := host.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fsckWrite(t, h, map[string][]byte{"a": []byte("committed")})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	if code, out, errOut := runCLI(ctx, "push", "--home", home, "ws"); code != exitOK {
-		t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
-	}
-	for _, cmd := range []string{"push", "sync"} {
-		code, out, errOut := runCLI(ctx, cmd, "--home", home, "--timeout", "10m", "ws")
-		if code != exitPrecondition || !strings.Contains(errOut, "was pushed from this host") || ctx.Err() != nil {
-			t.Fatalf("%s after push: exit %d\n%s%s\nwant exit 3 at once, saying it was pushed", cmd, code, out, errOut)
-		}
 	}
 }

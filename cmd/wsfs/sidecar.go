@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
 	"wsfs/internal/metrics"
+	"wsfs/internal/ship"
 	"wsfs/internal/vfs"
 )
 
@@ -75,6 +78,12 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	h, err := openHostChecked(g.home, name)
 	if err != nil {
 		return err
+	}
+	// As the daemon: a workspace pushed from here is served by the host
+	// that pulls it, whose sidecar replicates into the same replica.
+	if _, err := vfs.Default.Stat(filepath.Join(h.WorkspaceDir(name), ship.PushedName)); err == nil {
+		return preconditionError{fmt.Errorf("workspace %s was pushed from this host (%s exists): its agent state is replicated by the host that serves it now; remove it here (wsfs rm %s) and pull it to serve it here again",
+			name, filepath.Join(h.WorkspaceDir(name), ship.PushedName), name)}
 	}
 	url, err := agentstate.ReplicaURL(h, name, *replica)
 	if err != nil {
