@@ -72,6 +72,7 @@ var sentinelCodes = []struct {
 	// A damaged catalog entry is corrupt data to every command that reads
 	// it (snapshot ls, fork, diff, restore, gc), not only to some.
 	{snapshot.ErrBadEntry, exitCorrupt},
+	{ship.ErrBadFetchState, exitCorrupt}, // fsck, mount of a lazily pulled workspace
 }
 
 func exitCodeOf(err error) int {
