@@ -78,3 +78,24 @@ func TestPushedNotReplicated(t *testing.T) {
 		t.Fatal("the refused sidecar created the database")
 	}
 }
+
+// TestUpPushedOnly: 'wsfs up' does not supervise a workspace pushed from
+// this host (its daemon, shipper and sidecar refuse to start, so it would
+// only restart refusals); a host whose only workspace was pushed is
+// refused at once (exit 3), naming it.
+func TestUpPushedOnly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	home := newHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.WorkspaceDir("ws"), ship.PushedName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(ctx, "up", "--home", home)
+	if code != exitPrecondition || !strings.Contains(errOut, "was pushed from it (ws)") || !strings.Contains(errOut, "not serving a workspace pushed") {
+		t.Fatalf("up with its only workspace pushed: exit %d\n%s%s\nwant exit 3 naming it", code, out, errOut)
+	}
+}
