@@ -231,3 +231,27 @@ func TestShipThroughPushed(t *testing.T) {
 		t.Fatalf("ShipThrough of a pushed workspace: %v (context: %v); want ErrPushed at once", err, ctx.Err())
 	}
 }
+
+// TestLeaseErrorSameMachine: a lease held under another ID by a host of
+// this machine's name says what that means (another HOME here, or this
+// host's lost host-id) instead of naming "another host" that is this one.
+func TestLeaseErrorSameMachine(t *testing.T) {
+	hn, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	now := time.Now()
+	for _, l := range []Lease{
+		{Holder: "old-id", Hostname: hn, Renewed: now, Expires: now.Add(time.Minute)},
+		{Holder: "old-id", Hostname: hn, Renewed: now.Add(-time.Hour), Expires: now.Add(-time.Minute)},
+	} {
+		msg := (&LeaseError{Workspace: "ws", Lease: l, Now: now}).Error()
+		if !strings.Contains(msg, "host-id") || !strings.Contains(msg, hn+" is this machine") {
+			t.Errorf("lease of this machine's name: %q; want it to say so and name host-id", msg)
+		}
+	}
+	l := Lease{Holder: "id", Hostname: hn + "-elsewhere", Renewed: now, Expires: now.Add(time.Minute)}
+	if msg := (&LeaseError{Workspace: "ws", Lease: l, Now: now}).Error(); strings.Contains(msg, "host-id") {
+		t.Errorf("lease of another machine: %q mentions host-id", msg)
+	}
+}
