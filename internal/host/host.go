@@ -35,6 +35,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"wsfs/internal/vfs"
 )
 
@@ -206,6 +208,19 @@ func Open(home string) (*Host, error) {
 	}
 	if err := checkOwned(home, abs, cfgPath, h.state, h.pool); err != nil {
 		return nil, err
+	}
+	// A config others can read (written by an older wsfs) lets another
+	// user get this far: its state is still private, which is the same
+	// "another user's host", not a failure of each command on its own.
+	if err := unix.Access(h.state, unix.R_OK|unix.X_OK); errors.Is(err, unix.EACCES) {
+		owner := "another user"
+		if fi, serr := os.Stat(h.state); serr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				owner = fmt.Sprintf("uid %d", st.Uid)
+			}
+		}
+		return nil, fmt.Errorf("%w: the host at %s is private to %s (its state %s cannot be read by uid %d): run wsfs as that user (the one that runs its daemons, root in production)",
+			ErrNotOwner, home, owner, h.state, os.Geteuid())
 	}
 	return h, nil
 }
