@@ -68,12 +68,9 @@ part-way. Objects in the bucket go with 'wsfs remote-gc'.`)
 		return err
 	}
 	local := true
-	if err := h.CheckWorkspace(name); err != nil {
-		if !errors.Is(err, host.ErrNoWorkspace) {
-			return usageError{err.Error()}
-		}
-		if !*fromRemote {
-			return preconditionError{err}
+	if err := checkWorkspace(h, name); err != nil {
+		if !errors.Is(err, host.ErrNoWorkspace) || !*fromRemote {
+			return err
 		}
 		local = false
 	}

@@ -127,3 +127,23 @@ func TestRmRunningCompanion(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkspaceNotADirectory: a workspace entry that is not a directory
+// (a damaged host) is a failure (exit 1) naming it, not a usage error.
+func TestWorkspaceNotADirectory(t *testing.T) {
+	home := newHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := h.WorkspaceDir("bad")
+	if err := os.WriteFile(bad, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"rm", "bad"}, {"snapshot", "ls", "bad"}} {
+		code, out, errOut := runCLI(context.Background(), append(args, "--home", home)...)
+		if code != exitFailure || !strings.Contains(errOut, "is not a directory") {
+			t.Errorf("%q with %s a file: exit %d\n%s%s\nwant exit 1 naming it", args, bad, code, out, errOut)
+		}
+	}
+}

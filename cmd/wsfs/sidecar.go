@@ -148,12 +148,26 @@ func openHostChecked(home, name string) (*host.Host, error) {
 		return nil, err
 	}
 	if name != "" {
-		if err := h.CheckWorkspace(name); err != nil {
-			if errors.Is(err, host.ErrNoWorkspace) {
-				return nil, preconditionError{err}
-			}
-			return nil, usageError{err.Error()}
+		if err := checkWorkspace(h, name); err != nil {
+			return nil, err
 		}
 	}
 	return h, nil
+}
+
+// checkWorkspace is h.CheckWorkspace with its exit code: an invalid name
+// is the caller's mistake (exit 2), an unknown workspace a precondition
+// (exit 3), and anything else (a directory that cannot be read, or is not
+// a directory) a failure (exit 1), never a usage error.
+func checkWorkspace(h *host.Host, name string) error {
+	err := h.CheckWorkspace(name)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, host.ErrNoWorkspace):
+		return preconditionError{err}
+	case errors.Is(err, host.ErrInvalidName):
+		return usageError{err.Error()}
+	}
+	return err
 }
