@@ -30,7 +30,8 @@ func init() {
 func runRm(ctx context.Context, g *globals, args []string) error {
 	flags := newFlagSet(g, "rm", "NAME", `
 Deletes workspace NAME: its log, checkpoints, lock and agent state. It
-refuses while a daemon serves the workspace or while it is mounted, and,
+refuses while a daemon serves the workspace, while it is mounted, or
+while its shipper or sidecar runs (also with --force), and,
 on a host with a remote tier, while its shipper's status says groups
 committed here are not in the remote yet (run 'wsfs sync NAME' or 'wsfs
 push NAME' first; --force discards them). Pool objects it referenced are
@@ -67,12 +68,9 @@ part-way. Objects in the bucket go with 'wsfs remote-gc'.`)
 		return err
 	}
 	local := true
-	if err := h.CheckWorkspace(name); err != nil {
-		if !errors.Is(err, host.ErrNoWorkspace) {
-			return usageError{err.Error()}
-		}
-		if !*fromRemote {
-			return preconditionError{err}
+	if err := checkWorkspace(h, name); err != nil {
+		if !errors.Is(err, host.ErrNoWorkspace) || !*fromRemote {
+			return err
 		}
 		local = false
 	}
@@ -89,6 +87,13 @@ part-way. Objects in the bucket go with 'wsfs remote-gc'.`)
 				return err
 			}
 		}
+	}
+	if local {
+		release, err := lockCompanions(h, name)
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	var first func() error
 	if *fromRemote {
@@ -113,28 +118,10 @@ part-way. Objects in the bucket go with 'wsfs remote-gc'.`)
 
 // rmRemote deletes workspace name from the host's remote tier
 // (ship.RemoveRemote). With the workspace on this host (local), it runs
-// under the daemon's locks and takes the shipper's and the sidecar's too,
-// so that nothing of this host ships or replicates it meanwhile.
+// under the daemon's locks and the shipper's and the sidecar's
+// (lockCompanions), so that nothing of this host ships or replicates it
+// meanwhile.
 func rmRemote(ctx context.Context, g *globals, h *host.Host, name string, local, steal bool) error {
-	if local {
-		for _, l := range []struct {
-			what string
-			lock func() (io.Closer, error)
-		}{
-			{"shipper", func() (io.Closer, error) { return ship.Lock(vfs.Default, h.WorkspaceDir(name)) }},
-			{"sidecar", func() (io.Closer, error) { return agentstate.LockSidecar(agentstate.DBIn(h.WorkspaceDir(name))) }},
-		} {
-			c, err := l.lock()
-			if errors.Is(err, vfs.ErrLocked) {
-				// Not wrapped: the caller reads ErrLocked as a daemon.
-				return preconditionError{fmt.Errorf("workspace %s has a running %s: stop it (and wsfs up) first", name, l.what)}
-			}
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-		}
-	}
 	cfg, st, err := openRemote(ctx, h, "")
 	if err != nil {
 		return err
@@ -157,6 +144,45 @@ func rmRemote(ctx context.Context, g *globals, h *host.Host, name string, local,
 	fmt.Fprintf(g.stdout, "wsfs: removed workspace %s from %s (head: %v, %d log, checkpoint and snapshot files, %d agent state files); its objects go with 'wsfs remote-gc'\n",
 		name, st, rs.Head, rs.Files, rs.AgentFiles)
 	return nil
+}
+
+// lockCompanions takes the locks of workspace name's shipper and sidecar
+// for rm, which holds them until the workspace is gone: neither may run
+// while it is removed (a shipper would go on failing in a directory that
+// no longer exists, holding the workspace's lease), so rm refuses while
+// one runs, with --force too. A workspace without an agent state
+// directory never had a sidecar: there is nothing of it to lock.
+func lockCompanions(h *host.Host, name string) (release func(), err error) {
+	dir := h.WorkspaceDir(name)
+	var held []io.Closer
+	release = func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}
+	for _, l := range []struct {
+		what string
+		lock func() (io.Closer, error)
+	}{
+		{"shipper", func() (io.Closer, error) { return ship.Lock(vfs.Default, dir) }},
+		{"sidecar", func() (io.Closer, error) { return agentstate.LockSidecar(agentstate.DBIn(dir)) }},
+	} {
+		c, err := l.lock()
+		if l.what == "sidecar" && errors.Is(err, fs.ErrNotExist) {
+			if _, serr := vfs.Default.Stat(host.AgentDirIn(dir)); errors.Is(serr, fs.ErrNotExist) {
+				continue
+			}
+		}
+		if err != nil {
+			release()
+			if errors.Is(err, vfs.ErrLocked) {
+				return nil, preconditionError{fmt.Errorf("workspace %s has a running %s: stop it (and wsfs up) first", name, l.what)}
+			}
+			return nil, err
+		}
+		held = append(held, c)
+	}
+	return release, nil
 }
 
 // unshipped refuses the removal of a workspace whose shipper reported
