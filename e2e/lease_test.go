@@ -327,3 +327,54 @@ func TestDaemonStartRemoteDown(t *testing.T) {
 		}
 	}
 }
+
+// TestSidecarLease: on a host with a remote tier, the agent state sidecar
+// refuses to start while another host holds the workspace's lease (exit
+// 3, naming the holder), starts once it is released, and stops (exit 1,
+// "lease lost") when another host takes the lease while it replicates:
+// two hosts must not write one agent state replica.
+func TestSidecarLease(t *testing.T) {
+	requireMount(t)
+	srv := s3test.Start(t)
+	cfg := srv.Config("sidecar-lease")
+	cfg.LeaseTTLSeconds = 3
+	home := filepath.Join(t.TempDir(), "home")
+	wsfsCommand(t, "init", "--home", home)
+	setRemote(t, home, cfg)
+	wsfsCommand(t, "create", "--home", home, "ws")
+	st := srv.Store(t, "sidecar-lease")
+	ctx := context.Background()
+	if _, err := ship.AcquireLease(ctx, st, "ws", "other-host", time.Hour, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	exitOf := func(exited <-chan struct{}, result *error, out *lockedBuffer, what string) int {
+		t.Helper()
+		select {
+		case <-exited:
+		case <-time.After(commandTimeout):
+			t.Fatalf("%s: the sidecar still runs after %v:\n%s", what, commandTimeout, out.String())
+		}
+		return exitCodeOfErr(*result)
+	}
+	out, exited, result, _ := startSidecarProc(t, home, "ws")
+	if code := exitOf(exited, result, out, "another host's lease"); code != 3 || !out.contains("served by host other-host") {
+		t.Fatalf("sidecar while another host holds the lease: exit %d\n%s\nwant exit 3 naming the holder", code, out.String())
+	}
+	if err := ship.ReleaseLease(ctx, st, "ws", "other-host", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out, exited, result, _ = startSidecarProc(t, home, "ws")
+	deadline := time.Now().Add(commandTimeout)
+	for !out.contains("replicating agent state") {
+		if time.Now().After(deadline) {
+			t.Fatalf("sidecar with the lease released: not replicating within %v:\n%s", commandTimeout, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := ship.AcquireLease(ctx, st, "ws", "other-host", time.Hour, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(exited, result, out, "a takeover"); code != 1 || !out.contains("lease lost") || !out.contains("without a final sync") {
+		t.Fatalf("sidecar after another host took the lease: exit %d\n%s\nwant exit 1, lease lost, no final sync", code, out.String())
+	}
+}

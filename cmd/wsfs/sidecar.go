@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"wsfs/internal/agentstate"
+	"wsfs/internal/daemon"
 	"wsfs/internal/host"
 	"wsfs/internal/metrics"
+	"wsfs/internal/remote"
 	"wsfs/internal/ship"
 	"wsfs/internal/vfs"
 )
@@ -93,6 +95,15 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	if err := ensurePrivate(h, lg); err != nil {
 		return err
 	}
+	watch, err := sidecarLease(ctx, h, name, lg)
+	if err != nil {
+		return err
+	}
+	ctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	if watch != nil {
+		go watch(ctx, lost)
+	}
 	p := agentstate.PathsFor(h, name)
 	sc, err := agentstate.Start(ctx, agentstate.Options{
 		Workspace:    name,
@@ -128,8 +139,69 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	if ms != nil {
 		ms.Close() // before Close: no scrape reads a closing database
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, daemon.ErrLeaseLost) {
+		return errors.Join(cause, sc.Abort())
+	}
 	_, err = sc.Close(context.WithoutCancel(ctx))
 	return err
+}
+
+// sidecarLease: on a host with a remote tier, a sidecar replicates the
+// agent state only while no other host holds the workspace's lease. The
+// daemon holds the lease and the sidecar only reads it (ship.CheckLease):
+// at start-up a lease of another host refuses the start (exit 3), as it
+// refuses the daemon's, and while running the sidecar reads it every
+// third of the lease's TTL; finding it taken over (--steal on another
+// host, which then replicates the state it restored into the same
+// replica), it stops replicating without a last sync (Sidecar.Abort) and
+// exits 1 with ErrLeaseLost, so that two hosts never write one replica
+// for longer than the daemon's own window (daemon.Remote). A remote that
+// cannot be reached only logs, as for the daemon. It returns the watch
+// to run (nil without a remote tier).
+func sidecarLease(ctx context.Context, h *host.Host, name string, lg *slog.Logger) (func(context.Context, context.CancelCauseFunc), error) {
+	cfg, err := remote.ReadConfig(h)
+	if err != nil || !cfg.Enabled() {
+		return nil, err
+	}
+	_, st, err := openRemote(ctx, h, "")
+	if err != nil && (st == nil || !ship.RemoteDown(err)) {
+		return nil, err
+	}
+	id, err := remote.HostID(h)
+	if err != nil {
+		return nil, err
+	}
+	var le *ship.LeaseError
+	switch err := ship.CheckLease(ctx, st, name, id, time.Now()); {
+	case errors.As(err, &le):
+		return nil, preconditionError{fmt.Errorf("not replicating the agent state: %w", err)}
+	case err != nil:
+		lg.Warn("cannot read the workspace's lease; replicating, and reading it again later", "err", err)
+	}
+	ttl := cfg.LeaseTTL()
+	if ttl <= 0 {
+		ttl = ship.DefaultLeaseTTL
+	}
+	return func(ctx context.Context, lost context.CancelCauseFunc) {
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := ship.CheckLease(ctx, st, name, id, time.Now())
+			switch {
+			case errors.As(err, &le):
+				lg.Error("the workspace was taken over by another host: stopping the replication of its agent state", "err", err)
+				lost(fmt.Errorf("%w: %w", daemon.ErrLeaseLost, err))
+				return
+			case err != nil && ctx.Err() == nil:
+				lg.Warn("cannot read the workspace's lease; still replicating", "err", err)
+			}
+		}
+	}, nil
 }
 
 // openHostChecked opens the host at home and checks that workspace name

@@ -433,6 +433,43 @@ func (s *Sidecar) Close(ctx context.Context) (Position, error) {
 	return pos, nil
 }
 
+// Abort stops replicating at once, without Close's final sync: for a
+// sidecar that must not write the replica any more (another host took the
+// workspace over and replicates into it). Litestream's own close gets a
+// context that is already cancelled, so the sync it attempts fails before
+// anything is uploaded; what the database holds beyond the replica stays
+// local.
+func (s *Sidecar) Abort() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return errors.New("sidecar already closed")
+	}
+	s.mu.closed = true
+	s.mu.Unlock()
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.cancel()
+	s.wg.Wait()
+	dead, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.store.SetShutdownSyncTimeout(0)
+	err := s.store.Close(dead)
+	if s.ln != nil {
+		vfs.Default.Remove(s.opts.SocketPath)
+	}
+	if s.opts.StatusPath != "" {
+		s.writeStatus()
+	}
+	s.lock.Close()
+	s.log.Warn("agent state replication aborted without a final sync")
+	if errors.Is(err, context.Canceled) {
+		return nil // the final sync, refused as meant
+	}
+	return err
+}
+
 func (s *Sidecar) setErr(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

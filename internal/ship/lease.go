@@ -113,6 +113,30 @@ func AcquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl
 	return ne, err
 }
 
+// CheckLease reads workspace name's lease without writing it: a lease
+// that another host holds and has not released is a *LeaseError (expired
+// or not: this host did not take it back), anything else (absent,
+// released, hostID's own) is nil. For processes of a host that act for
+// the workspace without holding the lease themselves (the agent state
+// sidecar).
+func CheckLease(ctx context.Context, st remote.Store, name, hostID string, now time.Time) error {
+	b, err := st.Get(ctx, LeaseKey(name))
+	if errors.Is(err, remote.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var l Lease
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("lease %s in %s is not valid JSON: %w", LeaseKey(name), st, err)
+	}
+	if l.Released || l.Holder == hostID {
+		return nil
+	}
+	return &LeaseError{Workspace: name, Lease: l, Now: now}
+}
+
 // ReleaseLease marks hostID's lease of workspace name released, so another
 // host can take it without --steal. A lease of another host is a
 // *LeaseError.
