@@ -49,6 +49,11 @@ the replica's state with the database. A database restored from that replica
 (by pull or state restore, which record it in state.db.adopted) starts,
 unless the replica has moved on since.
 
+On a host with a remote tier the sidecar replicates only while no other
+host holds the workspace's lease: another host's lease refuses the start
+(exit 3), and a takeover while it runs stops it without a final sync
+(exit 1, "lease lost").
+
 Replication is asynchronous: a transaction reaches the replica within about
 one --sync-interval, so a host loss can cost the last interval. Callers
 that need a confirmed position run 'wsfs state sync NAME'.
