@@ -106,7 +106,10 @@ func TestDaemonLease(t *testing.T) {
 		wsfsCommand(t, "init", "--home", homes[h])
 		setRemote(t, homes[h], cfg)
 	}
+	// B registers the name before A's daemon takes it: afterwards
+	// `wsfs create` on B would refuse a name the remote has.
 	wsfsCommand(t, "create", "--home", homes["a"], wsName)
+	wsfsCommand(t, "create", "--home", homes["b"], wsName)
 	daemonA, outA, mntA, doneA := startDaemon(t, homes["a"], wsName)
 	hostA, err := os.ReadFile(filepath.Join(homes["a"], "host-id"))
 	if err != nil {
@@ -115,7 +118,18 @@ func TestDaemonLease(t *testing.T) {
 	writeSynced(t, filepath.Join(mntA, "a"), []byte("written on A"))
 	wsfsOutput(t, 2*time.Minute, "sync", "--home", homes["a"], wsName)
 
-	wsfsCommand(t, "create", "--home", homes["b"], wsName)
+	// A third host cannot register the name A serves (nor fork into it).
+	homeC := filepath.Join(t.TempDir(), "home-c")
+	wsfsCommand(t, "init", "--home", homeC)
+	setRemote(t, homeC, cfg)
+	if out, code := wsfsExit(t, "create", "--home", homeC, wsName); code != 3 || !strings.Contains(out, "exists in") || !strings.Contains(out, "served by host") {
+		t.Fatalf("create on C of the name A serves: exit %d\n%s\nwant exit 3 naming the holder", code, out)
+	}
+	wsfsCommand(t, "create", "--home", homeC, "c-ws")
+	wsfsOutput(t, time.Minute, "snapshot", "create", "--home", homeC, "c-ws")
+	if out, code := wsfsExit(t, "fork", "--home", homeC, "c-ws@1", wsName); code != 3 || !strings.Contains(out, "exists in") {
+		t.Fatalf("fork on C into the name A serves: exit %d\n%s\nwant exit 3", code, out)
+	}
 	code, out := mountRefused(t, homes["b"], wsName)
 	if code != 3 || !strings.Contains(out, "served by host "+strings.TrimSpace(string(hostA))) || !strings.Contains(out, "renewed") {
 		t.Fatalf("mount on B while A serves: exit %d\n%s\nwant exit 3 naming host %s and the lease's age", code, out, hostA)

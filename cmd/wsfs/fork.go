@@ -51,6 +51,9 @@ own replica.`)
 	if err := h.CheckWorkspace(newName); err == nil {
 		return preconditionError{fmt.Errorf("%w: %s", host.ErrWorkspaceExists, newName)}
 	}
+	if err := remoteNameFree(ctx, h, newName); err != nil {
+		return err
+	}
 	start := time.Now()
 	in, err := snapshot.Fork(vfs.Default, p, h.WorkspaceDir(name), id, h.WorkspaceDir(newName))
 	if err != nil {
