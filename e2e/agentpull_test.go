@@ -291,4 +291,38 @@ func TestPullKilledAgentState(t *testing.T) {
 	if exists(dbB + agentstate.AdoptedSuffix) {
 		t.Errorf("the adoption record outlived the sidecar's start-up snapshot")
 	}
+
+	// wsfs rm --remote: refused from A, which does not hold the lease
+	// (B's pull took it); from B it deletes the workspace here and in the
+	// bucket, agent replica included, so that it can no longer be pulled.
+	rmOut, code := wsfsExit(t, "rm", "--home", homeA, "--remote", "ws")
+	if code != 3 || !strings.Contains(rmOut, "not removed from") || !exists(filepath.Join(homeA, "state", "workspaces", "ws")) {
+		t.Fatalf("rm --remote on A while B holds the lease: exit %d\n%s\nwant exit 3, A's copy kept", code, rmOut)
+	}
+	t.Logf("rm --remote on A refused: %s", strings.TrimSpace(rmOut))
+	st := srv.Store(t, "agentpull")
+	keys := func(prefix string) []string {
+		ks, err := st.List(context.Background(), prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	if len(keys("workspaces/ws/")) == 0 || len(keys("agent/ws/")) == 0 {
+		t.Fatal("the refused rm --remote deleted from the bucket")
+	}
+	wsfsOutput(t, commandTimeout, "rm", "--home", homeB, "--remote", "ws")
+	if exists(wsDir) {
+		t.Fatal("rm --remote on B left B's workspace")
+	}
+	if ks := append(keys("workspaces/ws/"), keys("agent/ws/")...); len(ks) != 0 {
+		t.Fatalf("rm --remote left in the bucket: %v", ks)
+	}
+	wsfsOutput(t, commandTimeout, "rm", "--home", homeA, "ws")
+	if out, code := wsfsExit(t, "pull", "--home", homeA, "ws"); code != 3 {
+		t.Fatalf("pull of a workspace removed from the remote: exit %d\n%s\nwant exit 3", code, out)
+	}
+	if out, code := wsfsExit(t, "rm", "--home", homeA, "--remote", "ws"); code != 3 || !strings.Contains(out, "no workspace ws on this host nor in") {
+		t.Fatalf("rm --remote of a workspace that is nowhere: exit %d\n%s\nwant exit 3", code, out)
+	}
 }

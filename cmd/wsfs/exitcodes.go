@@ -6,6 +6,8 @@ import (
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
 	"wsfs/internal/layout"
+	"wsfs/internal/ship"
+	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 )
 
@@ -28,8 +30,8 @@ var exitCodes = []struct {
 	{exitOK, "success; also `-h`/`--help`, and a daemon or sidecar stopped by SIGINT/SIGTERM after its final commit or sync"},
 	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, a mount removed from outside, no sidecar answering `state sync`"},
 	{exitUsage, "usage error: unknown command or flag, bad flag value, missing or extra argument, invalid workspace name (the message says what is wrong with it)"},
-	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout), or not the user the host belongs to; mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout, or a layout filesystem not mounted; gc unable to account for every workspace using the pool, or another gc running; a replica without the state asked for (`state restore`); a sidecar whose database never replicated from this host while its replica holds state (restore it first)"},
-	{exitCorrupt, "corrupt data (log or object): the message names the segment or object and what to do"},
+	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout), or not the user the host belongs to; mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout, or a layout filesystem not mounted; gc unable to account for every workspace using the pool, or another gc running; a workspace pushed from this host (`push`, `sync`); a replica without the state asked for (`state restore`); a sidecar whose database never replicated from this host while its replica holds state (restore it first)"},
+	{exitCorrupt, "corrupt data (log, object, snapshot catalog entry, a pulled workspace's fetch state): the message names the segment, object or file and what to do"},
 }
 
 // usageError marks an error as the caller's wrong invocation.
@@ -66,6 +68,11 @@ var sentinelCodes = []struct {
 	{layout.ErrBusy, exitPrecondition},
 	{layout.ErrNotEmpty, exitPrecondition},
 	{layout.ErrNoLayout, exitPrecondition},
+	{ship.ErrPushed, exitPrecondition}, // push, sync of a workspace pushed from here
+	// A damaged catalog entry is corrupt data to every command that reads
+	// it (snapshot ls, fork, diff, restore, gc), not only to some.
+	{snapshot.ErrBadEntry, exitCorrupt},
+	{ship.ErrBadFetchState, exitCorrupt}, // fsck, mount of a lazily pulled workspace
 }
 
 func exitCodeOf(err error) int {

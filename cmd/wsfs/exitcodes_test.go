@@ -96,6 +96,18 @@ func TestExitCodes(t *testing.T) {
 			}
 			return runProc(t, nobody, "status", "--home", home)
 		}, exitPrecondition, []string{"is private to uid 0", "run wsfs as that user"}},
+		{"another user's host with a config others can read (older host)", func(t *testing.T) (int, string) {
+			home := filepath.Join(publicDir(t), "home")
+			for _, a := range [][]string{{"init", "--home", home}, {"create", "--home", home, "ws"}} {
+				if code, out := wsfsRun(context.Background(), a...); code != 0 {
+					t.Fatalf("%s: %d %s", a[0], code, out)
+				}
+			}
+			if err := os.Chmod(filepath.Join(home, host.ConfigFile), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return runProc(t, nobody, "snapshot", "create", "--home", home, "ws")
+		}, exitPrecondition, []string{"is private to uid 0", "run wsfs as that user"}},
 		{"second sidecar", func(t *testing.T) (int, string) {
 			home := newHost(t)
 			h, err := host.Open(home)

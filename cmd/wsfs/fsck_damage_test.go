@@ -14,6 +14,7 @@ import (
 	"wsfs/internal/host"
 	"wsfs/internal/objid"
 	"wsfs/internal/pool"
+	"wsfs/internal/ship"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 )
@@ -192,4 +193,23 @@ func objPath(t *testing.T, h *host.Host, id objid.ID) string {
 		t.Fatal(err)
 	}
 	return p.Path(id)
+}
+
+// TestFsckDamagedFetchState: a damaged remote-fetch.json (the list of
+// objects a lazily pulled workspace has not fetched yet) is corrupt data,
+// exit 4 from fsck as from mount, naming the file; not a runtime failure.
+func TestFsckDamagedFetchState(t *testing.T) {
+	home := newHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(h.WorkspaceDir("ws"), ship.FetchStateName)
+	if err := os.WriteFile(path, []byte("{\"version\": 1, \"objects\": [tor"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(context.Background(), "fsck", "--home", home, "ws")
+	if code != exitCorrupt || !strings.Contains(out+errOut, path) {
+		t.Fatalf("fsck with a damaged %s: exit %d\n%s%s\nwant exit %d naming it", ship.FetchStateName, code, out, errOut, exitCorrupt)
+	}
 }

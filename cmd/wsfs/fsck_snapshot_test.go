@@ -86,3 +86,36 @@ func TestFsckSnapshots(t *testing.T) {
 		})
 	}
 }
+
+// TestDamagedSnapshotEntryExitCode: a damaged snapshot catalog entry is
+// corrupt data to every command that meets it, exit 4 with the message
+// naming the entry and the repair: not exit 4 from 'snapshot ls' and exit
+// 1 from fork, diff, restore (of that snapshot) and gc, which read the
+// same entry.
+func TestDamagedSnapshotEntryExitCode(t *testing.T) {
+	home, _ := snapHost(t)
+	for range 2 {
+		if code, out, errs := snapRun("snapshot", "create", "ws", "--home", home); code != 0 {
+			t.Fatalf("snapshot create: %d %s %s", code, out, errs)
+		}
+	}
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(snapshot.Dir(h.WorkspaceDir("ws")), "00000000000000000001.snap"), []byte("torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"snapshot", "ls", "ws"},
+		{"fork", "ws@1", "other"},
+		{"diff", "ws@1", "ws@2"},
+		{"restore", "ws@1"},
+		{"gc", "--grace", "1h"},
+	} {
+		code, out, errs := snapRun(append(args, "--home", home)...)
+		if code != exitCorrupt || !strings.Contains(errs, "00000000000000000001.snap") || !strings.Contains(errs, "wsfs snapshot rm ws@1") {
+			t.Errorf("%q with ws@1's entry damaged: exit %d\n%s%s\nwant exit %d naming the entry and its removal", args, code, out, errs, exitCorrupt)
+		}
+	}
+}

@@ -142,6 +142,22 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		}
 		return err
 	}
+	// A pull that fails before the workspace is published here takes
+	// nothing over: its lease is released (on a context of its own, so a
+	// pull interrupted by a signal releases it too). Kept, it would lock
+	// the host that serves or creates a workspace of that name out until
+	// someone stole it (a pull of a typo'd name, say).
+	published := false
+	defer func() {
+		if published {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := ship.ReleaseLease(rctx, st, name, id, time.Now()); err != nil {
+			lg.Warn("pull failed and could not release the lease it took; it expires by itself, after which another host needs --steal", "workspace", name, "err", err)
+		}
+	}()
 	// As `wsfs create` does: the host's identity markers first (waitLocal,
 	// before the workspace directory is published), and the workspace
 	// registered in the pool right after its directory exists, so that GC
@@ -207,6 +223,7 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		}
 		return err
 	}
+	published = true
 	if err := h.RegisterWorkspace(name); err != nil {
 		return fmt.Errorf("pull %s: register the workspace in the pool: %w", name, err)
 	}

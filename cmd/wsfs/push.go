@@ -24,11 +24,11 @@ const pushAbout = `
 Moves workspace NAME off this host: ships everything committed to the remote
 tier (as 'wsfs sync'), then releases the workspace's lease in the bucket, so
 that another host can 'wsfs pull NAME' it without --steal. Stop the
-workspace's daemon and shipper first (stop 'wsfs up'), so that nothing
-commits after the barrier; push refuses while either runs. Afterwards this
-host's copy is marked pushed (STATE/workspaces/NAME/pushed) and is never
-shipped again; remove it with 'wsfs rm NAME' (pull it back to serve it here
-again).`
+workspace's daemon, shipper and sidecar first (stop 'wsfs up'), so that
+nothing commits after the barrier; push refuses while one of them runs.
+Afterwards this host's copy is marked pushed (STATE/workspaces/NAME/pushed)
+and is never shipped nor replicated again; remove it with 'wsfs rm NAME'
+(pull it back to serve it here again).`
 
 func runPush(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "push", "NAME", pushAbout)
@@ -50,14 +50,14 @@ func runPush(ctx context.Context, g *globals, args []string) error {
 	} else if locked {
 		return preconditionError{fmt.Errorf("workspace %s is served by a daemon: stop it first (push releases the workspace; nothing may commit after it)", name)}
 	}
-	lk, err := ship.Lock(vfs.Default, h.WorkspaceDir(name))
-	if errors.Is(err, vfs.ErrLocked) {
-		return preconditionError{fmt.Errorf("workspace %s has a running shipper: stop it (and wsfs up) first", name)}
-	}
+	// Neither the shipper nor the sidecar may run: the agent state moves
+	// with the workspace, and a sidecar left running would go on
+	// replicating into the replica the next host restores from.
+	release, err := lockCompanions(h, name)
 	if err != nil {
 		return err
 	}
-	defer lk.Close()
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	cfg, st, err := openRemote(ctx, h, "")

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
 	"wsfs/internal/metrics"
+	"wsfs/internal/ship"
 	"wsfs/internal/vfs"
 )
 
@@ -76,6 +79,12 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	// As the daemon: a workspace pushed from here is served by the host
+	// that pulls it, whose sidecar replicates into the same replica.
+	if _, err := vfs.Default.Stat(filepath.Join(h.WorkspaceDir(name), ship.PushedName)); err == nil {
+		return preconditionError{fmt.Errorf("workspace %s was pushed from this host (%s exists): its agent state is replicated by the host that serves it now; remove it here (wsfs rm %s) and pull it to serve it here again",
+			name, filepath.Join(h.WorkspaceDir(name), ship.PushedName), name)}
+	}
 	url, err := agentstate.ReplicaURL(h, name, *replica)
 	if err != nil {
 		return err
@@ -139,12 +148,26 @@ func openHostChecked(home, name string) (*host.Host, error) {
 		return nil, err
 	}
 	if name != "" {
-		if err := h.CheckWorkspace(name); err != nil {
-			if errors.Is(err, host.ErrNoWorkspace) {
-				return nil, preconditionError{err}
-			}
-			return nil, usageError{err.Error()}
+		if err := checkWorkspace(h, name); err != nil {
+			return nil, err
 		}
 	}
 	return h, nil
+}
+
+// checkWorkspace is h.CheckWorkspace with its exit code: an invalid name
+// is the caller's mistake (exit 2), an unknown workspace a precondition
+// (exit 3), and anything else (a directory that cannot be read, or is not
+// a directory) a failure (exit 1), never a usage error.
+func checkWorkspace(h *host.Host, name string) error {
+	err := h.CheckWorkspace(name)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, host.ErrNoWorkspace):
+		return preconditionError{err}
+	case errors.Is(err, host.ErrInvalidName):
+		return usageError{err.Error()}
+	}
+	return err
 }

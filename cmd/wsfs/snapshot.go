@@ -102,7 +102,7 @@ and its sidecar are never blocked.`)
 	if flags.NArg() != 1 {
 		return usageError{fmt.Sprintf("want one workspace NAME, got %d arguments", flags.NArg())}
 	}
-	if err := snapshot.ValidateLabel(*label); err != nil {
+	if err := snapshot.ValidateNewLabel(*label); err != nil {
 		return usageError{"--label: " + err.Error()}
 	}
 	name := flags.Arg(0)

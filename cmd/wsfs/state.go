@@ -61,7 +61,8 @@ to replicate a database that never replicated from this host to a replica
 holding transactions, since every restore of the latest state would then
 return that database; after 'wsfs state replace' the next sidecar start
 does exactly that. For a workspace name reused after 'wsfs rm' (the old
-workspace's replica stays in place), or a state deliberately started
+workspace's replica stays in place; 'wsfs rm --remote' would have removed
+it), or a state deliberately started
 afresh; to keep the replica's state, use 'wsfs state restore' instead. The
 replaced transactions stay reachable by 'wsfs state restore --at' until
 Litestream's retention removes them. Prints what the replica held.`

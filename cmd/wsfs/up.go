@@ -7,12 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
 	"wsfs/internal/remote"
+	"wsfs/internal/ship"
 	"wsfs/internal/supervisor"
+	"wsfs/internal/vfs"
 )
 
 func init() {
@@ -29,7 +33,8 @@ HOME/mnt/NAME') and its agent-state replication sidecar ('wsfs sidecar
 NAME') as child processes, and restarts a child that dies, with exponential
 backoff (--min-backoff doubling up to --max-backoff), logging who died, how
 and when it restarts. --workspaces N first creates ws-1..ws-N where missing
-(and the host, if HOME has none). Prints "ready" on stdout once every
+(and the host, if HOME has none). A workspace pushed from this host ('wsfs
+push') is skipped with a WARN line. Prints "ready" on stdout once every
 workspace is mounted; logs go to stderr. Runtime files: HOME/run/NAME.ready
 (daemon ready files) and HOME/run/up.json (pids, restarts; read by 'wsfs
 status').
@@ -109,6 +114,9 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	if names, err = servable(h, names, log); err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the wsfs executable to start children from: %w", err)
@@ -147,4 +155,25 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 		return preconditionError{err}
 	}
 	return nil
+}
+
+// servable drops from names the workspaces pushed from this host (a
+// ship.PushedName marker), with a WARN line each: the host that pulled
+// them serves them, and their daemon, shipper and sidecar all refuse to
+// start here, so supervising them would only restart refusals. A host
+// whose every workspace was pushed is refused (exit 3).
+func servable(h *host.Host, names []string, log *slog.Logger) ([]string, error) {
+	var kept, pushed []string
+	for _, name := range names {
+		if _, err := vfs.Default.Stat(filepath.Join(h.WorkspaceDir(name), ship.PushedName)); err == nil {
+			log.Warn("not serving a workspace pushed from this host (the host that pulled it serves it): remove it with 'wsfs rm NAME'", "workspace", name)
+			pushed = append(pushed, name)
+			continue
+		}
+		kept = append(kept, name)
+	}
+	if len(kept) == 0 && len(pushed) > 0 {
+		return nil, preconditionError{fmt.Errorf("every workspace of host %s was pushed from it (%s): nothing to serve; remove them (wsfs rm NAME), create or pull workspaces", h.Home(), strings.Join(pushed, ", "))}
+	}
+	return kept, nil
 }

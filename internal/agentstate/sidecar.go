@@ -154,7 +154,7 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		return nil, errors.Join(err, Ensure(opts.DBPath, opts.Workspace))
 	}
 	// One sidecar per database: two would upload conflicting LTX files.
-	lock, err := vfs.Default.Lock(opts.DBPath + ".sidecar-lock")
+	lock, err := LockSidecar(opts.DBPath)
 	if errors.Is(err, vfs.ErrLocked) {
 		return nil, fmt.Errorf("another sidecar is already replicating %s: %w", opts.DBPath, err)
 	}
@@ -603,4 +603,11 @@ func Run(ctx context.Context, opts Options) error {
 	<-ctx.Done()
 	_, err = s.Close(context.WithoutCancel(ctx))
 	return err
+}
+
+// LockSidecar takes the lock that one sidecar holds while it replicates
+// the database at dbPath (an error wrapping vfs.ErrLocked while one
+// does), for a sidecar and for commands that must not run beside one.
+func LockSidecar(dbPath string) (io.Closer, error) {
+	return vfs.Default.Lock(dbPath + ".sidecar-lock")
 }

@@ -156,7 +156,7 @@ func serveControl(ws *workspace.Workspace, wsDir string, p *pool.Pool, lg *slog.
 	start := time.Now()
 	switch req.Op {
 	case "snapshot":
-		if err := snapshot.ValidateLabel(req.Label); err != nil {
+		if err := snapshot.ValidateNewLabel(req.Label); err != nil {
 			return ControlReply{Error: err.Error()}
 		}
 		in, st, err := snapshot.CreateServing(ws, vfs.Default, wsDir, p, req.Label, start)

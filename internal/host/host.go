@@ -35,6 +35,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"wsfs/internal/vfs"
 )
 
@@ -79,7 +81,9 @@ var ErrNoHost = errors.New("no wsfs host")
 
 // ErrNotOwner is wrapped by Open when the host's config cannot be read
 // for want of permission: the host is private to the user that runs wsfs
-// (root in production), and the caller is another user.
+// (root in production), and the caller is another user; and by Init and
+// Open when the host's directory, config, state or pool belongs to a user
+// other than the caller and root (checkOwned).
 var ErrNotOwner = errors.New("host belongs to another user")
 
 // ErrNoWorkspace is wrapped by the errors naming an unknown workspace.
@@ -111,6 +115,9 @@ func Init(home string) (*Host, error) {
 	// in them) with STATE/workspaces or STATE.
 	if err := vfs.MkdirAllDurable(vfs.Default, abs, publicDirPerm); err != nil {
 		return nil, fmt.Errorf("create host directory: %w", err)
+	}
+	if err := checkOwned(home, abs); err != nil {
+		return nil, err
 	}
 	cfgPath := filepath.Join(abs, ConfigFile)
 	if _, err := vfs.Default.Stat(cfgPath); errors.Is(err, fs.ErrNotExist) {
@@ -192,13 +199,61 @@ func Open(home string) (*Host, error) {
 		}
 		return filepath.Join(abs, p)
 	}
-	return &Host{
+	h := &Host{
 		home:   abs,
 		config: cfg,
 		state:  resolve(cfg.StateDir),
 		pool:   resolve(cfg.PoolDir),
 		mnt:    resolve(cfg.MountDir),
-	}, nil
+	}
+	if err := checkOwned(home, abs, cfgPath, h.state, h.pool); err != nil {
+		return nil, err
+	}
+	// A config others can read (written by an older wsfs) lets another
+	// user get this far: its state is still private, which is the same
+	// "another user's host", not a failure of each command on its own.
+	if err := unix.Access(h.state, unix.R_OK|unix.X_OK); errors.Is(err, unix.EACCES) {
+		owner := "another user"
+		if fi, serr := os.Stat(h.state); serr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				owner = fmt.Sprintf("uid %d", st.Uid)
+			}
+		}
+		return nil, fmt.Errorf("%w: the host at %s is private to %s (its state %s cannot be read by uid %d): run wsfs as that user (the one that runs its daemons, root in production)",
+			ErrNotOwner, home, owner, h.state, os.Geteuid())
+	}
+	return h, nil
+}
+
+// checkOwned refuses a host (ErrNotOwner) whose directory, config, state
+// or pool directory (those of paths that exist) belongs to a user other
+// than the one running wsfs and root: that user could replace what wsfs
+// reads and writes there (a config pointing the state elsewhere, a
+// symbolic link in place of a workspace directory) and so make wsfs, root
+// in production, act for them. Mount points are not checked: they may be
+// any user's directories.
+func checkOwned(home string, paths ...string) error {
+	me := uint32(os.Geteuid())
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("host %s: %w", home, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || st.Uid == me || st.Uid == 0 {
+			continue
+		}
+		nor := " (nor root)"
+		if me == 0 {
+			nor = ""
+		}
+		return fmt.Errorf("%w: %s is owned by uid %d, not by uid %d that runs wsfs%s, so that user could replace what wsfs keeps there: "+
+			"give it to uid %d (chown), or run wsfs as uid %d", ErrNotOwner, p, st.Uid, me, nor, me, st.Uid)
+	}
+	return nil
 }
 
 // Home is the absolute host directory.
@@ -333,6 +388,14 @@ func (h *Host) Locked(name string) (bool, error) {
 // The lock is held while the directory is removed, so no daemon can open the
 // workspace half-deleted; a daemon that starts afterwards finds it unknown.
 func (h *Host) RemoveWorkspace(name string) error {
+	return h.RemoveWorkspaceAfter(name, nil)
+}
+
+// RemoveWorkspaceAfter is RemoveWorkspace that first runs first (when not
+// nil) under the same locks, and removes nothing if it fails: for work
+// that must be done with no daemon serving the workspace, before it goes
+// (`wsfs rm --remote` deletes its remote copy there).
+func (h *Host) RemoveWorkspaceAfter(name string, first func() error) error {
 	if err := h.CheckWorkspace(name); err != nil {
 		return err
 	}
@@ -341,6 +404,11 @@ func (h *Host) RemoveWorkspace(name string) error {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	defer l.Close()
+	if first != nil {
+		if err := first(); err != nil {
+			return err
+		}
+	}
 	// Rename first so the removal is atomic for readers of the registry.
 	dir := h.WorkspaceDir(name)
 	trash := h.RemovingDir(name)

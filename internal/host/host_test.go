@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"wsfs/internal/testenv"
 	"wsfs/internal/vfs"
 )
 
@@ -240,5 +241,54 @@ func TestLockedByDirectory(t *testing.T) {
 	l.Close()
 	if locked, err := h.Locked("a"); err != nil || locked {
 		t.Fatalf("Locked after release: %v %v", locked, err)
+	}
+}
+
+// TestOwnedByAnotherUser: a host whose directory, config, state or pool
+// belongs to another user (neither the one running wsfs nor root) is
+// refused with ErrNotOwner, naming the path and its owner, before
+// anything is written: that user could swap what wsfs reads and writes
+// there (a config pointing the state elsewhere, a symbolic link in place
+// of a workspace) and make root's daemon act for them.
+func TestOwnedByAnotherUser(t *testing.T) {
+	testenv.RequireRoot(t)
+	const other = 65534
+	t.Run("init in another user's directory", func(t *testing.T) {
+		home := filepath.Join(t.TempDir(), "home")
+		if err := os.Mkdir(home, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(home, other, other); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Init(home)
+		if !errors.Is(err, ErrNotOwner) || !strings.Contains(err.Error(), home) || !strings.Contains(err.Error(), "uid 65534") {
+			t.Fatalf("Init in a directory of uid %d: %v; want ErrNotOwner naming it and its owner", other, err)
+		}
+		if _, err := os.Stat(filepath.Join(home, ConfigFile)); err == nil {
+			t.Fatal("the refused Init wrote a config")
+		}
+	})
+	for _, which := range []string{"", ConfigFile, "state", "pool"} {
+		t.Run("open, owned by another user: home/"+which, func(t *testing.T) {
+			home := t.TempDir()
+			if _, err := Init(home); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(home, which)
+			if err := os.Chown(p, other, other); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(home)
+			if !errors.Is(err, ErrNotOwner) || !strings.Contains(err.Error(), filepath.Clean(p)) {
+				t.Fatalf("Open with %s owned by uid %d: %v; want ErrNotOwner naming it", p, other, err)
+			}
+			if err := os.Chown(p, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Open(home); err != nil {
+				t.Fatalf("Open once it is root's again: %v", err)
+			}
+		})
 	}
 }

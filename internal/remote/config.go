@@ -135,7 +135,7 @@ func (c Config) Validate() error {
 // state in this remote: P/agent/NAME in the same bucket. Credentials come
 // from the same environment variables.
 func (c Config) AgentStateURL(name string) string {
-	key := "agent/" + name
+	key := AgentKey(name)
 	if c.Prefix != "" {
 		key = c.Prefix + "/" + key
 	}
@@ -155,7 +155,8 @@ func (c Config) AgentStateURL(name string) string {
 }
 
 // ReadConfig reads the remote section of the host config; a config without
-// it yields the zero Config (no remote). A relative CredentialsFile is
+// it (or with "remote": null) yields the zero Config (no remote), and a
+// section without a bucket is an error. A relative CredentialsFile is
 // resolved against HOME.
 func ReadConfig(h *host.Host) (Config, error) {
 	path := filepath.Join(h.Home(), host.ConfigFile)
@@ -169,14 +170,20 @@ func ReadConfig(h *host.Host) (Config, error) {
 		return Config{}, fmt.Errorf("read host config %s: %w", path, err)
 	}
 	var cfg struct {
-		Remote Config `json:"remote"`
+		Remote *Config `json:"remote"`
 	}
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return Config{}, fmt.Errorf("host config %s: remote section: %w", path, err)
 	}
-	c := cfg.Remote
-	if !c.Enabled() {
+	if cfg.Remote == nil {
 		return Config{}, nil
+	}
+	// A section is a remote tier: one without a bucket is a mistake to
+	// report, not a host without a remote (its shipping and "sync_fsync"
+	// would be off without a word).
+	c := *cfg.Remote
+	if !c.Enabled() {
+		return Config{}, fmt.Errorf("host config %s: the remote section names no \"bucket\": add it, or remove the section for a host without a remote tier", path)
 	}
 	if c.CredentialsFile != "" && !filepath.IsAbs(c.CredentialsFile) {
 		c.CredentialsFile = filepath.Join(h.Home(), c.CredentialsFile)

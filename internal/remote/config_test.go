@@ -60,3 +60,40 @@ func TestConfig(t *testing.T) {
 		t.Errorf("String() shows the credentials file: %s", c)
 	}
 }
+
+// TestConfigSectionWithoutBucket: a remote section that names no bucket
+// is an error naming the file and the missing key, never a host without a
+// remote tier: its shipping, and "sync_fsync" (every fsync waiting for
+// the remote), would otherwise be off without a word. A null section is
+// no section.
+func TestConfigSectionWithoutBucket(t *testing.T) {
+	home := t.TempDir()
+	h, err := host.Init(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		section string
+		ok      bool
+	}{
+		{`{"endpoint": "http://127.0.0.1:9", "sync_fsync": true}`, false},
+		{`{"Bucket ": "b"}`, false},
+		{`{}`, false},
+		{`null`, true},
+	} {
+		cfg := `{"state_dir": "state", "pool_dir": "pool", "mount_dir": "mnt", "remote": ` + tc.section + `}`
+		if err := os.WriteFile(filepath.Join(home, host.ConfigFile), []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := ReadConfig(h)
+		if tc.ok {
+			if err != nil || c.Enabled() {
+				t.Errorf("remote %s: %+v, %v; want no remote tier", tc.section, c, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), `"bucket"`) || !strings.Contains(err.Error(), h.Home()) {
+			t.Errorf("remote %s: %+v, %v; want an error naming the config and \"bucket\"", tc.section, c, err)
+		}
+	}
+}

@@ -18,16 +18,23 @@ import (
 // 16 random bytes in hex, created on first use. Leases name it.
 const HostIDFile = "host-id"
 
-// HostID returns the identity of host h, creating it on first use.
+// HostID returns the identity of host h, creating it on first use. A
+// malformed file is an error, never replaced: the host's leases name it.
 func HostID(h *host.Host) (string, error) {
 	path := filepath.Join(h.Home(), HostIDFile)
 	if f, err := vfs.Default.Open(path); err == nil {
 		b, err := io.ReadAll(f)
 		f.Close()
-		if id := strings.TrimSpace(string(b)); err == nil && len(id) == 32 {
+		if err != nil {
+			return "", fmt.Errorf("read host id: %w", err)
+		}
+		id := strings.TrimSpace(string(b))
+		if _, herr := hex.DecodeString(id); herr == nil && len(id) == 32 {
 			return id, nil
 		}
-		return "", fmt.Errorf("host id %s is unreadable or malformed (%v): remove it to make a new one", path, err)
+		// Never replaced here: the leases this host holds name its ID.
+		return "", fmt.Errorf("host id %s holds %q, not 32 hex digits: restore it from a backup of this host; removed, a new ID is made, "+
+			"and the leases this host holds under its old ID must then expire and be taken over with --steal", path, id)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", err
 	}

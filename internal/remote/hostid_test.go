@@ -1,6 +1,10 @@
 package remote
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -44,6 +48,30 @@ func TestHostIDConcurrentFirstUse(t *testing.T) {
 			if ids[i] != final {
 				t.Fatalf("round %d: caller %d got host ID %s, but HOME/host-id holds %s", round, i, ids[i], final)
 			}
+		}
+	}
+}
+
+// TestHostIDMalformed: a host-id file that does not hold 32 hex digits is
+// an error that shows what it holds and says what removing it costs,
+// never "(<nil>)"; the file is left as it is.
+func TestHostIDMalformed(t *testing.T) {
+	for _, bad := range []string{"nothex\n", strings.Repeat("z", 32) + "\n", ""} {
+		h, err := host.Init(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(h.Home(), HostIDFile)
+		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		id, err := HostID(h)
+		if err == nil || strings.Contains(err.Error(), "<nil>") || !strings.Contains(err.Error(), fmt.Sprintf("%q", strings.TrimSpace(bad))) ||
+			!strings.Contains(err.Error(), "--steal") {
+			t.Errorf("host-id %q: %q, %v; want an error quoting it and naming --steal", bad, id, err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != bad {
+			t.Errorf("host-id %q rewritten to %q", bad, b)
 		}
 	}
 }

@@ -72,6 +72,10 @@ func ObjectKey(hex string) string { return "objects/" + hex }
 // WorkspaceKey is the key of file rel of workspace name.
 func WorkspaceKey(name, rel string) string { return "workspaces/" + name + "/" + rel }
 
+// AgentKey is the key, without a trailing slash, under which Litestream
+// keeps workspace name's agent state replica (Config.AgentStateURL).
+func AgentKey(name string) string { return "agent/" + name }
+
 // Error wraps a failed store operation with the key and what to do.
 type Error struct {
 	Op    string // put, get, head, delete, list

@@ -27,6 +27,11 @@ import (
 // shipper treat it so).
 const FetchStateName = "remote-fetch.json"
 
+// ErrBadFetchState is wrapped by ReadFetchState when the file is damaged
+// (not JSON, or naming objects that do not parse): corrupt data, which
+// the caller reports as such.
+var ErrBadFetchState = errors.New("damaged " + FetchStateName)
+
 // FetchStateVersion is the version of FetchState's encoding.
 const FetchStateVersion = 1
 
@@ -77,13 +82,13 @@ func ReadFetchState(fsys vfs.FS, dir string) (st FetchState, ok bool, err error)
 func decodeFetchState(b []byte) (FetchState, error) {
 	var st FetchState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return st, fmt.Errorf("%w (the file is damaged: remove the workspace and pull it again)", err)
+		return st, fmt.Errorf("%w: %v (remove the workspace and pull it again)", ErrBadFetchState, err)
 	}
 	if st.Version != FetchStateVersion {
 		return st, fmt.Errorf("version %d, this wsfs reads version %d: use a newer wsfs", st.Version, FetchStateVersion)
 	}
 	if _, err := st.IDs(); err != nil {
-		return st, err
+		return st, fmt.Errorf("%w: %v (remove the workspace and pull it again)", ErrBadFetchState, err)
 	}
 	return st, nil
 }

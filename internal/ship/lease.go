@@ -16,6 +16,11 @@ import (
 // longer shipped (nor may it take the lease back by itself).
 const PushedName = "pushed"
 
+// ErrPushed is wrapped by a round of a workspace pushed from this host
+// (PushedName exists): a refusal that lasts until the workspace is
+// removed, so nothing retries it.
+var ErrPushed = errors.New("the workspace was pushed from this host")
+
 // DefaultLeaseTTL is how long a lease lasts without renewal.
 const DefaultLeaseTTL = 30 * time.Second
 
@@ -41,15 +46,23 @@ type LeaseError struct {
 	Now       time.Time
 }
 
+// Error says who holds the lease and what to do. A holder with this
+// machine's host name is another wsfs host on it (another HOME), or this
+// host under an ID it no longer has (HOME/host-id lost or replaced): the
+// message says so, since "host X (vm)" on vm reads like a wsfs bug.
 func (e *LeaseError) Error() string {
 	l := e.Lease
 	age := e.Now.Sub(l.Renewed).Round(time.Second)
-	if e.Now.Before(l.Expires) {
-		return fmt.Sprintf("workspace %s is served by host %s (%s): lease taken %s, renewed %s ago, expires in %s; push it from that host first",
-			e.Workspace, l.Holder, l.Hostname, l.Acquired.Format(time.RFC3339), age, l.Expires.Sub(e.Now).Round(time.Second))
+	same := ""
+	if hn, err := os.Hostname(); err == nil && hn == l.Hostname {
+		same = fmt.Sprintf(" (%s is this machine: another wsfs HOME on it holds the lease, or this host did under an ID it no longer has, its HOME/host-id lost or replaced)", hn)
 	}
-	return fmt.Sprintf("workspace %s is leased by host %s (%s), renewed %s ago and expired %s ago; if that host is gone, take it over with --steal",
-		e.Workspace, l.Holder, l.Hostname, age, e.Now.Sub(l.Expires).Round(time.Second))
+	if e.Now.Before(l.Expires) {
+		return fmt.Sprintf("workspace %s is served by host %s (%s): lease taken %s, renewed %s ago, expires in %s; push it from that host first%s",
+			e.Workspace, l.Holder, l.Hostname, l.Acquired.Format(time.RFC3339), age, l.Expires.Sub(e.Now).Round(time.Second), same)
+	}
+	return fmt.Sprintf("workspace %s is leased by host %s (%s), renewed %s ago and expired %s ago; if that host is gone, take it over with --steal%s",
+		e.Workspace, l.Holder, l.Hostname, age, e.Now.Sub(l.Expires).Round(time.Second), same)
 }
 
 // ErrLeaseLost is wrapped when a renewal finds the lease changed under us.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -204,5 +206,52 @@ func TestLeaseExpiresMidRound(t *testing.T) {
 	}
 	if h, _, err := ReadHead(ctx, f.Store, "ws"); err != nil || h.Group != base {
 		t.Fatalf("head at group %d (%v) after A lost its lease mid-round; want A's last head %d", h.Group, err, base)
+	}
+}
+
+// TestShipThroughPushed: a workspace pushed from this host is never
+// shipped from it again, so ShipThrough (push, sync) fails at once with
+// ErrPushed instead of retrying that refusal until its context ends (a
+// second 'wsfs push' waited out its whole --timeout, then blamed the
+// timeout).
+func TestShipThroughPushed(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "pushed")
+	e := newEnv(t, 12)
+	defer e.ws.Close()
+	e.step()
+	e.commit()
+	if err := os.WriteFile(filepath.Join(e.dir(), PushedName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st, HostID: "host-a"})
+	if _, err := sh.ShipThrough(ctx, e.ws.Stats().CommittedGroup); !errors.Is(err, ErrPushed) || ctx.Err() != nil {
+		t.Fatalf("ShipThrough of a pushed workspace: %v (context: %v); want ErrPushed at once", err, ctx.Err())
+	}
+}
+
+// TestLeaseErrorSameMachine: a lease held under another ID by a host of
+// this machine's name says what that means (another HOME here, or this
+// host's lost host-id) instead of naming "another host" that is this one.
+func TestLeaseErrorSameMachine(t *testing.T) {
+	hn, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	now := time.Now()
+	for _, l := range []Lease{
+		{Holder: "old-id", Hostname: hn, Renewed: now, Expires: now.Add(time.Minute)},
+		{Holder: "old-id", Hostname: hn, Renewed: now.Add(-time.Hour), Expires: now.Add(-time.Minute)},
+	} {
+		msg := (&LeaseError{Workspace: "ws", Lease: l, Now: now}).Error()
+		if !strings.Contains(msg, "host-id") || !strings.Contains(msg, hn+" is this machine") {
+			t.Errorf("lease of this machine's name: %q; want it to say so and name host-id", msg)
+		}
+	}
+	l := Lease{Holder: "id", Hostname: hn + "-elsewhere", Renewed: now, Expires: now.Add(time.Minute)}
+	if msg := (&LeaseError{Workspace: "ws", Lease: l, Now: now}).Error(); strings.Contains(msg, "host-id") {
+		t.Errorf("lease of another machine: %q mentions host-id", msg)
 	}
 }

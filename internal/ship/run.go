@@ -247,8 +247,9 @@ func LocalLast(fsys vfs.FS, dir string) (uint64, error) {
 }
 
 // ShipThrough runs rounds (retrying failures with backoff) until the
-// remote head names group target or later, or ctx ends. The caller holds
-// Lock.
+// remote head names group target or later, or ctx ends. Refusals that
+// retrying cannot lift (a sticky failure, another host's lease,
+// ErrPushed) end it at once. The caller holds Lock.
 func (s *Shipper) ShipThrough(ctx context.Context, target uint64) (uint64, error) {
 	wait := 50 * time.Millisecond
 	for {
@@ -260,7 +261,7 @@ func (s *Shipper) ShipThrough(ctx context.Context, target uint64) (uint64, error
 			return g, s.failed
 		}
 		var le *LeaseError
-		if errors.As(err, &le) {
+		if errors.As(err, &le) || errors.Is(err, ErrPushed) {
 			return g, err
 		}
 		select {

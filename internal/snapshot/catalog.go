@@ -121,6 +121,32 @@ func ValidateLabel(label string) error {
 	return nil
 }
 
+// ValidateNewLabel is ValidateLabel for a snapshot being taken, which
+// also refuses a label that 'wsfs pull --at' reads as something else: all
+// digits (a snapshot ID), a duration ago ("2h") or an RFC 3339 time. No
+// --at could select such a snapshot by its label. Entries written before
+// keep theirs (ls prints them; pull --at selects them by ID).
+func ValidateNewLabel(label string) error {
+	if err := ValidateLabel(label); err != nil {
+		return err
+	}
+	if label == "" {
+		return nil
+	}
+	what := ""
+	if strings.Trim(label, "0123456789") == "" {
+		what = "a snapshot ID"
+	} else if _, err := time.ParseDuration(label); err == nil {
+		what = "a duration ago"
+	} else if _, err := time.Parse(time.RFC3339Nano, label); err == nil {
+		what = "a time"
+	}
+	if what != "" {
+		return fmt.Errorf("label %q would be read by 'wsfs pull --at' as %s, never as this label; add a word (for example %q)", label, what, "at "+label)
+	}
+	return nil
+}
+
 func entryName(id uint64) string { return fmt.Sprintf("%020d%s", id, entrySuffix) }
 
 func parseEntryName(name string) (uint64, bool) {

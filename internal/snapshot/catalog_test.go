@@ -347,3 +347,36 @@ func TestLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestLabelsReadByPullAt: a new label that 'wsfs pull --at' would read as
+// something else (an ID, a duration ago, an RFC 3339 time) is refused
+// before anything is written, since no --at could ever select it by
+// label; labels that merely contain digits are kept.
+func TestLabelsReadByPullAt(t *testing.T) {
+	e, _ := catalogEnv(t)
+	for _, tc := range []struct {
+		label string
+		ok    bool
+	}{
+		{"7", false},
+		{"0042", false},
+		{"2h", false},
+		{"90m", false},
+		{"2026-01-01T00:00:00Z", false},
+		{"v7", true},
+		{"2026-01-01", true},
+		{"7 files", true},
+	} {
+		before := ids(t, e)
+		_, _, err := CreateOffline(e.opts("w"), tc.label, time.Now())
+		if (err == nil) != tc.ok {
+			t.Errorf("CreateOffline(label %q) = %v, want ok=%v", tc.label, err, tc.ok)
+		}
+		if err != nil && (len(ids(t, e)) != len(before) || !strings.Contains(err.Error(), "pull --at")) {
+			t.Errorf("label %q refused with %v (want it to name pull --at), entries %d then %d", tc.label, err, len(before), len(ids(t, e)))
+		}
+		if err := ValidateNewLabel(tc.label); (err == nil) != tc.ok {
+			t.Errorf("ValidateNewLabel(%q) = %v, want ok=%v", tc.label, err, tc.ok)
+		}
+	}
+}

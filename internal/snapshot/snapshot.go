@@ -24,7 +24,7 @@ import (
 // that is done: the snapshot then survives a crash. t must stay still for
 // the call (see workspace.StillTree).
 func Create(fsys vfs.FS, wsDir string, p *pool.Pool, t *namespace.Tree, group uint64, label string, now time.Time) (Info, manifest.BuildStats, error) {
-	if err := ValidateLabel(label); err != nil {
+	if err := ValidateNewLabel(label); err != nil {
 		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: %w", err)
 	}
 	cut, err := beginAgentCut(wsDir)
@@ -83,7 +83,7 @@ func CreateOffline(opts workspace.Options, label string, now time.Time) (Info, m
 // encoded, and commits wait only for that; the rest (sync, catalog entry)
 // runs beside them.
 func CreateServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.Pool, label string, now time.Time) (Info, manifest.BuildStats, error) {
-	if err := ValidateLabel(label); err != nil {
+	if err := ValidateNewLabel(label); err != nil {
 		return Info{}, manifest.BuildStats{}, fmt.Errorf("snapshot: %w", err)
 	}
 	// The bracket (see AgentCopy): the agent database's read
