@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -558,6 +559,17 @@ func TestRemoteProfile(t *testing.T) {
 		strings.TrimSpace(out), float64(stat.BytesUploaded)/1e6, stat.ObjectsUploaded)
 	t.Logf("shipping lag during the workload: p50 %v p99 %v max %v (%d samples); shipper's own view: p50 %.3fs p99 %.3fs",
 		q(0.5), q(0.99), q(1), len(lags), stat.LagP50, stat.LagP99)
+	// Where the shipper's steps spent their time (seconds, total and
+	// max per phase), and its worst group's lag split in the wait for
+	// its objects and the step that shipped it.
+	var phases []string
+	for _, k := range slices.Sorted(maps.Keys(stat.Phases)) {
+		p := stat.Phases[k]
+		phases = append(phases, fmt.Sprintf("%s %d× %.2fs (max %.3fs)", k, p.Count, p.TotalSeconds, p.MaxSeconds))
+	}
+	w := stat.WorstLag
+	t.Logf("shipper's steps: %s; %d checkpoints, %d merges; worst lag: group %d %.3fs (objects %.3fs, then step %.3fs)",
+		strings.Join(phases, ", "), stat.Checkpoints, stat.Merges, w.Group, w.Seconds, w.ObjectsSeconds, w.StepSeconds)
 	fmt.Printf("BenchmarkRemoteProfile/%s/lag-p50 1 %d ns/op\nBenchmarkRemoteProfile/%s/lag-p99 1 %d ns/op\nBenchmarkRemoteProfile/%s/ship 1 %d ns/op %.2f MB/s\n",
 		name, q(0.5).Nanoseconds(), name, q(0.99).Nanoseconds(), name, shippedAll.Nanoseconds(), float64(total)/1e6/shippedAll.Seconds())
 	// Migrate: stop the daemon and the shipper, push (release), pull on B.

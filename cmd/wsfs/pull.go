@@ -93,6 +93,7 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 			return usageError{err.Error()}
 		}
 	}
+	began := time.Now()
 	h, err := openHostChecked(g.home, "")
 	if err != nil {
 		return err
@@ -105,10 +106,28 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg})
-	if err != nil {
-		return err
+	// The host's local setup — the pool opened, the identity markers
+	// written as `wsfs create` does — is a chain of fsyncs, each slow on
+	// a host where another writer has much dirty data (docs/benchmarks.md,
+	// "Remote tier under heavy load"): it runs while the lease is taken
+	// and the tree read from the bucket, and the workspace directory is
+	// published only after it succeeded (waitLocal in BeforePublish; the
+	// lazy pull needs no pool before, --fetch-all waits before it starts).
+	var p *pool.Pool
+	var localErr error
+	localDone := make(chan struct{})
+	go func() {
+		defer close(localDone)
+		if p, localErr = pool.Open(vfs.Default, h.PoolDir(), pool.Options{Logger: lg}); localErr != nil {
+			return
+		}
+		localErr = h.EnsureIdentity()
+	}()
+	waitLocal := func() error {
+		<-localDone
+		return localErr
 	}
+	defer waitLocal() // nothing of it runs on after the command
 	// Take the lease first: from now on this host serves the workspace
 	// (its shipper renews the lease) and no other host's shipper can
 	// write the workspace's head.
@@ -139,13 +158,19 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 			lg.Warn("pull failed and could not release the lease it took; it expires by itself, after which another host needs --steal", "workspace", name, "err", err)
 		}
 	}()
-	// As `wsfs create` does: the host's identity markers first, and the
-	// workspace registered in the pool right after its directory exists,
-	// so that GC knows it references its objects.
-	if err := h.EnsureIdentity(); err != nil {
-		return err
+	// As `wsfs create` does: the host's identity markers first (waitLocal,
+	// before the workspace directory is published), and the workspace
+	// registered in the pool right after its directory exists, so that GC
+	// knows it references its objects.
+	var pullPool *pool.Pool // only --fetch-all's Pull uses the pool
+	if *fetchAll {
+		if err := waitLocal(); err != nil {
+			return err
+		}
+		pullPool = p
 	}
 	start := time.Now()
+	setup := start.Sub(began) // the host, the remote, the pool, the lease
 	// The agent state is restored into the workspace directory before it
 	// is published (ship.PullOptions.BeforePublish): a pull killed at any
 	// moment leaves either no workspace (pull again) or one with its
@@ -154,6 +179,9 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 	var agentMsg string
 	var agentErr error
 	restoreAgent := func(tmp string, res ship.PullResult) error {
+		if err := waitLocal(); err != nil {
+			return err
+		}
 		if *noAgent {
 			return nil
 		}
@@ -177,7 +205,7 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		}
 		return nil
 	}
-	res, err := ship.Pull(ctx, ship.PullOptions{Store: st, Name: name, Dir: h.WorkspaceDir(name), Pool: p, At: at,
+	res, err := ship.Pull(ctx, ship.PullOptions{Store: st, Name: name, Dir: h.WorkspaceDir(name), Pool: pullPool, At: at,
 		Lazy: !*fetchAll, RemoteURL: cfg.URL(), BeforePublish: restoreAgent})
 	if err != nil {
 		if agentErr != nil {
@@ -203,8 +231,8 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d objects (%d fetched), %d snapshots, %d bytes in %.2fs\n",
 			name, res.Group, st, res.Inodes, res.Objects, res.Fetched, res.Snapshots, res.BytesGot, time.Since(start).Seconds())
 	} else {
-		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d bytes in %.2fs (tree %.2fs, local write %.2fs); %d objects are fetched on first read and in the background\n",
-			name, res.Group, st, res.Inodes, res.BytesGot, time.Since(start).Seconds(), res.TreeTime.Seconds(), res.WriteTime.Seconds(), res.Objects)
+		fmt.Fprintf(g.stdout, "%s: pulled group %d from %s: %d inodes, %d bytes in %.2fs (tree %.2fs, local write %.2fs; before: open and lease %.2fs); %d objects are fetched on first read and in the background\n",
+			name, res.Group, st, res.Inodes, res.BytesGot, time.Since(start).Seconds(), res.TreeTime.Seconds(), res.WriteTime.Seconds(), setup.Seconds(), res.Objects)
 	}
 	if !at.IsZero() {
 		fmt.Fprintf(g.stdout, "%s: --at %s selected %s\n", name, *atArg, res.Selected)

@@ -33,7 +33,9 @@ type PullOptions struct {
 	// Dir is the workspace directory to create (STATE/workspaces/NAME);
 	// it must not exist. Pull builds it beside, as Dir's parent/.wsfs-pull-NAME,
 	// and renames it into place last, so a workspace exists only whole.
-	Dir  string
+	Dir string
+	// Pool receives the fetched objects; a Lazy pull fetches none and
+	// needs none.
 	Pool *pool.Pool
 	// Parallel object downloads (default 8).
 	Parallel int
@@ -48,7 +50,8 @@ type PullOptions struct {
 	Lazy      bool
 	RemoteURL string // the remote as a remote.Config URL (required with Lazy)
 	// BeforePublish, if set, is called with the workspace directory under
-	// its temporary name once everything else is in it, before it is
+	// its temporary name, while the tree's checkpoint and log are written
+	// into it (at the same time: it must touch neither), before it is
 	// synced and renamed to Dir, and with the result so far (AsOf and
 	// AsOfTime are set). What it writes there is published with the
 	// workspace; an error publishes nothing. wsfs pull restores the agent
@@ -228,6 +231,17 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 // writeWorkspace writes the workspace directory of a pull, holding a
 // checkpoint of tree at group at and an empty log after it (plus what
 // extra writes into it), built beside and renamed into place.
+//
+// Its three parts — the checkpoint (with its durable marker), the log's
+// first segment, and extra (the snapshots, the FetchState, the agent
+// state) — touch disjoint files, and each is a chain of syncs (a file,
+// then its directory). They run at once, so that their syncs share the
+// file system's journal commits: on a host where another writer has much
+// dirty data, each commit of the chain took 0.05–0.6 s (docs/benchmarks.md,
+// "Remote tier under heavy load"). Nothing is visible before the rename:
+// it happens only after every part returned and the directories are
+// synced, so a pull killed at any point still leaves no workspace or a
+// whole one.
 func writeWorkspace(opts PullOptions, tree *namespace.Tree, at uint64, extra func(tmp string) error) error {
 	parent := filepath.Dir(opts.Dir)
 	tmp := filepath.Join(parent, vfs.TempPrefix+"pull-"+filepath.Base(opts.Dir))
@@ -244,26 +258,44 @@ func writeWorkspace(opts PullOptions, tree *namespace.Tree, at uint64, extra fun
 	if origin == "" {
 		origin = opts.Store.String()
 	}
-	if err := seglog.WriteUnsyncedCheckpoint(opts.FS, filepath.Join(tmp, "checkpoint"), at, tree.EncodeCheckpoint(), origin); err != nil {
-		return err
-	}
-	if err := seglog.CreateAfter(opts.FS, filepath.Join(tmp, "log"), at); err != nil {
-		return err
+	parts := []func() error{
+		func() error {
+			return seglog.WriteUnsyncedCheckpoint(opts.FS, filepath.Join(tmp, "checkpoint"), at, tree.EncodeCheckpoint(), origin)
+		},
+		func() error { return seglog.CreateAfter(opts.FS, filepath.Join(tmp, "log"), at) },
 	}
 	if extra != nil {
-		if err := extra(tmp); err != nil {
-			return err
-		}
+		parts = append(parts, func() error { return extra(tmp) })
 	}
-	for _, d := range []string{filepath.Join(tmp, "log"), tmp} {
-		if err := vfs.SyncDir(opts.FS, d); err != nil {
-			return err
-		}
+	if err := concurrently(parts...); err != nil {
+		return err
+	}
+	if err := concurrently(
+		func() error { return vfs.SyncDir(opts.FS, filepath.Join(tmp, "log")) },
+		func() error { return vfs.SyncDir(opts.FS, tmp) },
+	); err != nil {
+		return err
 	}
 	if err := opts.FS.Rename(tmp, opts.Dir); err != nil {
 		return err
 	}
 	return vfs.SyncDir(opts.FS, parent)
+}
+
+// concurrently runs fs at once and, once all of them returned, their
+// errors joined (nil if none failed).
+func concurrently(fs ...func() error) error {
+	errs := make([]error, len(fs))
+	var wg sync.WaitGroup
+	for i, f := range fs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // fetchObject downloads object id, verifies it and puts it into the pool

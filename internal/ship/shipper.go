@@ -77,6 +77,9 @@ type group struct {
 	submitted    *uploader
 	submittedGen uint64
 	freshTo      int
+	// readyAt: when a step first found its objects and those of every
+	// group before it in the bucket (phases.go).
+	readyAt time.Time
 }
 
 // groupObjects fills g.ids (once).
@@ -137,6 +140,10 @@ type Stats struct {
 	Errors           map[string]int64 `json:"errors_by_kind,omitempty"`
 	LastError        string           `json:"last_error,omitempty"`
 	ConsecutiveFails int              `json:"consecutive_failures,omitempty"`
+	// Phases: where the steps' time went (phases.go); WorstLag: the
+	// shipped group with the largest lag, its lag split.
+	Phases   map[string]PhaseTime `json:"phases,omitempty"`
+	WorstLag LagSplit             `json:"worst_lag,omitzero"`
 }
 
 // Shipper ships one workspace. Round and Stats may not be called
@@ -226,6 +233,7 @@ func (s *Shipper) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Errors = maps.Clone(s.stats.Errors)
+	st.Phases = clonePhases(s.stats.Phases)
 	return st
 }
 
@@ -308,7 +316,7 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 	}
 	// The local log first: its progress (and so the lag) is known even
 	// while the remote cannot be reached.
-	if err := s.read(); err != nil {
+	if err := s.timed(PhaseRead, s.read); err != nil {
 		return s.head.Group, err
 	}
 	if s.opts.HostID != "" {
@@ -440,6 +448,11 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		if ckAt < len(ckIDs) {
 			ready = 0
 		}
+		for j := 0; j < ready; j++ {
+			if groups[j].readyAt.IsZero() {
+				groups[j].readyAt = now
+			}
+		}
 		done := ckAt == len(ckIDs) && ready == len(groups)
 		if done || !all || objErr != nil {
 			// What the head will name must be fresh now (the scans may
@@ -459,7 +472,10 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 				break
 			}
 		}
-		if err := up.wait(ctx); err != nil {
+		t0 := time.Now()
+		err := up.wait(ctx)
+		s.phase(PhaseWait, time.Since(t0))
+		if err != nil {
 			return s.head.Group, err
 		}
 	}
@@ -486,7 +502,7 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 	// 2. Checkpoint.
 	if ck != nil {
 		key := remote.WorkspaceKey(s.opts.Name, "checkpoint/"+seglog.CheckpointName(ck.group))
-		if err := s.opts.Store.Put(ctx, key, ck.file); err != nil {
+		if err := s.timed(PhaseCheckpoint, func() error { return s.opts.Store.Put(ctx, key, ck.file) }); err != nil {
 			return s.head.Group, err
 		}
 		nh.Checkpoint = &CheckpointRef{Group: ck.group, Key: key, Size: int64(len(ck.file)), ShippedAt: s.opts.Now().UTC()}
@@ -509,7 +525,8 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		nh.Group = s.head.Group
 	}
 	// 3. Batches.
-	bs, err := s.uploadBatches(ctx, ship)
+	var bs []Batch
+	err := s.timed(PhaseBatches, func() (err error) { bs, err = s.uploadBatches(ctx, ship); return err })
 	if err != nil {
 		return s.head.Group, err
 	}
@@ -538,8 +555,18 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 	var lastSeen time.Time
 	s.mu.Lock()
 	for i < len(s.buf) && s.buf[i].n <= nh.Group {
-		lastSeen = s.buf[i].seenAt
-		s.lags = append(s.lags, now.Sub(lastSeen).Seconds())
+		g := &s.buf[i]
+		lastSeen = g.seenAt
+		lag := now.Sub(lastSeen).Seconds()
+		s.lags = append(s.lags, lag)
+		if lag > s.stats.WorstLag.Seconds {
+			w := LagSplit{Group: g.n, Seconds: lag}
+			if !g.readyAt.IsZero() {
+				w.ObjectsSeconds = g.readyAt.Sub(g.seenAt).Seconds()
+				w.StepSeconds = now.Sub(g.readyAt).Seconds()
+			}
+			s.stats.WorstLag = w
+		}
 		i++
 	}
 	if len(s.lags) > maxLags {
@@ -567,7 +594,7 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 	if objErr != nil {
 		return s.head.Group, objErr
 	}
-	return s.head.Group, s.shipSnapshots(ctx)
+	return s.head.Group, s.timed(PhaseSnapshots, func() error { return s.shipSnapshots(ctx) })
 }
 
 // uploadBatches uploads groups (contiguous, ascending) as segment-format
@@ -616,7 +643,9 @@ func (s *Shipper) holdLease(ctx context.Context) error {
 	if s.leaseETag != "" && now.Sub(s.leaseAt) < ttl/3 {
 		return nil
 	}
+	t0 := time.Now()
 	etag, err := AcquireLease(ctx, s.opts.Store, s.opts.Name, s.opts.HostID, ttl, false, now)
+	s.phase(PhaseLease, time.Since(t0))
 	if err != nil {
 		s.leaseETag = ""
 		return err
@@ -651,7 +680,9 @@ func (s *Shipper) putHead(ctx context.Context, nh *Head) error {
 		return err
 	}
 	s.unconfirmed = append(s.unconfirmed, nh.ShippedAt) // before the PUT: its answer may be lost
+	t0 := time.Now()
 	etag, err := s.opts.Store.PutIf(ctx, HeadKey(s.opts.Name), hb, s.headETag)
+	s.phase(PhaseHead, time.Since(t0))
 	if errors.Is(err, remote.ErrPrecondition) {
 		cur, cetag, ok, rerr := readHead(ctx, s.opts.Store, s.opts.Name)
 		if rerr != nil {
