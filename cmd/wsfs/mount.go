@@ -19,7 +19,6 @@ import (
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/seglog"
-	"wsfs/internal/ship"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
 )
@@ -257,13 +256,9 @@ func daemonRemote(ctx context.Context, h *host.Host, steal, remoteFsync bool, ti
 		}
 		return nil, nil
 	}
-	_, st, err := openRemote(ctx, h, "")
-	if err != nil && (st == nil || !ship.RemoteDown(err)) {
-		return nil, err
-	}
 	// A remote that is down is not refused here: the lease decides
 	// (daemon.Remote: a host may start on the lease it still holds).
-	id, err := remote.HostID(h)
+	st, id, err := openRemoteServing(ctx, h)
 	if err != nil {
 		return nil, err
 	}

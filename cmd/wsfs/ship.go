@@ -96,6 +96,22 @@ func openRemote(ctx context.Context, h *host.Host, from string) (remote.Config, 
 	return cfg, st, nil
 }
 
+// openRemoteServing opens the host's remote tier (which it has) for a
+// process that serves from local disk while the remote is down (a daemon,
+// a sidecar): a remote that cannot be reached is no error here, every
+// other failure is; it also returns the host's ID.
+func openRemoteServing(ctx context.Context, h *host.Host) (*remote.S3, string, error) {
+	_, st, err := openRemote(ctx, h, "")
+	if err != nil && (st == nil || !ship.RemoteDown(err)) {
+		return nil, "", err
+	}
+	id, err := remote.HostID(h)
+	if err != nil {
+		return nil, "", err
+	}
+	return st, id, nil
+}
+
 // remoteConfig returns the host's remote tier configuration, or a
 // precondition error when the host has none.
 func remoteConfig(h *host.Host) (remote.Config, error) {

@@ -168,11 +168,7 @@ func sidecarLease(ctx context.Context, h *host.Host, name string, lg *slog.Logge
 	if err != nil || !cfg.Enabled() {
 		return nil, err
 	}
-	_, st, err := openRemote(ctx, h, "")
-	if err != nil && (st == nil || !ship.RemoteDown(err)) {
-		return nil, err
-	}
-	id, err := remote.HostID(h)
+	st, id, err := openRemoteServing(ctx, h)
 	if err != nil {
 		return nil, err
 	}

@@ -77,18 +77,12 @@ func AcquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl
 		ttl = DefaultLeaseTTL
 	}
 	hn, _ := os.Hostname()
-	b, etag, err := st.GetETag(ctx, LeaseKey(name))
-	nl := Lease{Holder: hostID, Hostname: hn, Acquired: now.UTC(), Renewed: now.UTC(), Expires: now.Add(ttl).UTC()}
-	switch {
-	case errors.Is(err, remote.ErrNotFound):
-		etag = ""
-	case err != nil:
+	l, etag, found, err := readLease(ctx, st, name)
+	if err != nil {
 		return "", err
-	default:
-		var l Lease
-		if err := json.Unmarshal(b, &l); err != nil {
-			return "", fmt.Errorf("lease %s in %s is not valid JSON: %w", LeaseKey(name), st, err)
-		}
+	}
+	nl := Lease{Holder: hostID, Hostname: hn, Acquired: now.UTC(), Renewed: now.UTC(), Expires: now.Add(ttl).UTC()}
+	if found {
 		switch {
 		case l.Released:
 		case l.Holder == hostID:
@@ -102,11 +96,8 @@ func AcquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl
 	if errors.Is(err, remote.ErrPrecondition) {
 		// Another process of this host (the daemon and the shipper both
 		// renew) may have renewed it meanwhile: then it is still ours.
-		if b, cur, gerr := st.GetETag(ctx, LeaseKey(name)); gerr == nil {
-			var l Lease
-			if json.Unmarshal(b, &l) == nil && l.Holder == hostID && !l.Released && now.Before(l.Expires) {
-				return cur, nil
-			}
+		if l, cur, found, gerr := readLease(ctx, st, name); gerr == nil && found && l.Holder == hostID && !l.Released && now.Before(l.Expires) {
+			return cur, nil
 		}
 		return "", fmt.Errorf("workspace %s: another host wrote the lease at the same moment: %w", name, err)
 	}
@@ -120,40 +111,36 @@ func AcquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl
 // the workspace without holding the lease themselves (the agent state
 // sidecar).
 func CheckLease(ctx context.Context, st remote.Store, name, hostID string, now time.Time) error {
-	b, err := st.Get(ctx, LeaseKey(name))
-	if errors.Is(err, remote.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	l, _, found, err := readLease(ctx, st, name)
+	if err != nil || !found || l.Released || l.Holder == hostID {
 		return err
 	}
-	var l Lease
-	if err := json.Unmarshal(b, &l); err != nil {
-		return fmt.Errorf("lease %s in %s is not valid JSON: %w", LeaseKey(name), st, err)
-	}
-	if l.Released || l.Holder == hostID {
-		return nil
-	}
 	return &LeaseError{Workspace: name, Lease: l, Now: now}
+}
+
+// readLease reads workspace name's lease and its ETag (found false: there
+// is none).
+func readLease(ctx context.Context, st remote.Store, name string) (l Lease, etag string, found bool, err error) {
+	b, etag, err := st.GetETag(ctx, LeaseKey(name))
+	if errors.Is(err, remote.ErrNotFound) {
+		return l, "", false, nil
+	}
+	if err != nil {
+		return l, "", false, err
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		return l, "", false, fmt.Errorf("lease %s in %s is not valid JSON: %w", LeaseKey(name), st, err)
+	}
+	return l, etag, true, nil
 }
 
 // ReleaseLease marks hostID's lease of workspace name released, so another
 // host can take it without --steal. A lease of another host is a
 // *LeaseError.
 func ReleaseLease(ctx context.Context, st remote.Store, name, hostID string, now time.Time) error {
-	b, etag, err := st.GetETag(ctx, LeaseKey(name))
-	if errors.Is(err, remote.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	l, etag, found, err := readLease(ctx, st, name)
+	if err != nil || !found || l.Released {
 		return err
-	}
-	var l Lease
-	if err := json.Unmarshal(b, &l); err != nil {
-		return fmt.Errorf("lease %s in %s is not valid JSON: %w", LeaseKey(name), st, err)
-	}
-	if l.Released {
-		return nil
 	}
 	if l.Holder != hostID {
 		return &LeaseError{Workspace: name, Lease: l, Now: now}
