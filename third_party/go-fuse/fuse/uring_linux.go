@@ -509,13 +509,15 @@ func (q *uringQueue) run(registered chan<- error) {
 	}
 	registered <- nil
 	live := len(q.ents)
-	var commits []uringCommit
+	var commits, inline []uringCommit
 	var fatal error
 	for live > 0 && fatal == nil {
 		q.mu.Lock()
 		commits, q.commits = q.commits, commits[:0]
 		closing := q.closing
-		q.sleeping = len(commits) == 0 && !closing
+		// From here until the reaping below, a handler's commit must
+		// wake the thread: the wait below ends only on a completion.
+		q.sleeping = !closing
 		q.mu.Unlock()
 		if closing {
 			break
@@ -523,6 +525,10 @@ func (q *uringQueue) run(registered chan<- error) {
 		for _, c := range commits {
 			q.prepCmd(c.ent, fuseURingCmdCommitAndFetch, c.id)
 		}
+		for _, c := range inline {
+			q.prepCmd(c.ent, fuseURingCmdCommitAndFetch, c.id)
+		}
+		inline = inline[:0]
 		if fatal = q.ring.enter(true); fatal != nil {
 			break
 		}
@@ -547,10 +553,15 @@ func (q *uringQueue) run(registered chan<- error) {
 				}
 				return
 			}
-			q.mu.Lock()
-			q.handlers++
-			q.mu.Unlock()
-			go q.serve(int(ud))
+			i := int(ud)
+			if uringMayWait(binary.LittleEndian.Uint32(q.ents[i].hdr[uringInOutOff+4:])) {
+				q.mu.Lock()
+				q.handlers++
+				q.mu.Unlock()
+				go q.serve(i)
+				return
+			}
+			inline = append(inline, q.answer(i))
 		})
 	}
 	if fatal != nil {
@@ -560,8 +571,40 @@ func (q *uringQueue) run(registered chan<- error) {
 	q.release()
 }
 
-// serve answers the request in entry i and queues its commit.
+// uringMayWait reports whether a request may wait for long (for a
+// commit to be durable, for a lock, for a remote): such requests are
+// served in goroutines of their own, the others by the queue thread
+// itself, which saves two thread switches per request. Nothing a request
+// served by the queue thread waits for depends on another FUSE request.
+func uringMayWait(opcode uint32) bool {
+	switch opcode {
+	case _OP_FSYNC, _OP_FSYNCDIR, _OP_SETLKW, _OP_IOCTL, _OP_POLL:
+		return true
+	}
+	return false
+}
+
+// serve answers the request in entry i in a goroutine of its own and
+// queues its commit for the queue thread.
 func (q *uringQueue) serve(i int) {
+	c := q.answer(i)
+	q.mu.Lock()
+	q.handlers--
+	if q.released {
+		free := q.handlers == 0
+		q.mu.Unlock()
+		if free {
+			q.freeBuffers()
+		}
+		return
+	}
+	q.commits = append(q.commits, c)
+	q.wakeLocked()
+	q.mu.Unlock()
+}
+
+// answer serves the request in entry i and leaves the reply in the entry.
+func (q *uringQueue) answer(i int) uringCommit {
 	e := &q.ents[i]
 	commitID := binary.LittleEndian.Uint64(e.hdr[uringEntOff+8:])
 	unique := binary.LittleEndian.Uint64(e.hdr[uringInOutOff+8:])
@@ -584,20 +627,7 @@ func (q *uringQueue) serve(i int) {
 	}
 	payloadSize := uringReply(e.hdr, n, st, unique)
 	binary.LittleEndian.PutUint32(e.hdr[uringEntOff+16:], payloadSize)
-
-	q.mu.Lock()
-	q.handlers--
-	if q.released {
-		free := q.handlers == 0
-		q.mu.Unlock()
-		if free {
-			q.freeBuffers()
-		}
-		return
-	}
-	q.commits = append(q.commits, uringCommit{i, commitID})
-	q.wakeLocked()
-	q.mu.Unlock()
+	return uringCommit{i, commitID}
 }
 
 // uringRequest returns the request in an entry as the byte stream
