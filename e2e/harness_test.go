@@ -129,6 +129,8 @@ type mountOpts struct {
 	refused      string
 	// daemonLog is set by mountWorkspace: the daemon's output so far.
 	daemonLog *lockedBuffer
+	// pid is set by mountWorkspace: the daemon's process id.
+	pid int
 }
 
 // daemon is one `wsfs mount` child process.
@@ -191,6 +193,7 @@ func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start wsfs %s: %v", strings.Join(args, " "), err)
 	}
+	opts.pid = d.cmd.Process.Pid
 	go func() { d.err = d.cmd.Wait(); close(d.done) }()
 
 	var once sync.Once
