@@ -129,6 +129,8 @@ type mountOpts struct {
 	refused      string
 	// daemonLog is set by mountWorkspace: the daemon's output so far.
 	daemonLog *lockedBuffer
+	// pid is set by mountWorkspace: the daemon's process id.
+	pid int
 }
 
 // daemon is one `wsfs mount` child process.
@@ -191,6 +193,7 @@ func mountWorkspace(t *testing.T, opts *mountOpts) (string, func(kill bool)) {
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start wsfs %s: %v", strings.Join(args, " "), err)
 	}
+	opts.pid = d.cmd.Process.Pid
 	go func() { d.err = d.cmd.Wait(); close(d.done) }()
 
 	var once sync.Once
@@ -290,6 +293,13 @@ func (d *daemon) stop(t *testing.T, mnt string, kill bool) {
 func isFUSEMount(dir string) bool {
 	var st unix.Statfs_t
 	err := unix.Statfs(dir, &st)
+	// A request the kernel has not yet handed to a daemon that just died
+	// (e.g. queued for an io_uring entry the kernel is cancelling) ends
+	// with EINTR when a signal arrives (the Go runtime's preemption
+	// signal): ask again.
+	for i := 0; errors.Is(err, syscall.EINTR) && i < 1000; i++ {
+		err = unix.Statfs(dir, &st)
+	}
 	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
 		return true
 	}

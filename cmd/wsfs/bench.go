@@ -60,11 +60,15 @@ and /dev/fuse. Exit status 1 if a step failed, 3 if an arm could not run.`)
 	stepTimeout := fs.Duration("step-timeout", 20*time.Minute, "bound of each step on each arm")
 	out := fs.String("out", "bench-out", "output directory (data is written and removed under OUT/runs)")
 	keep := fs.Bool("keep", false, "keep the run's data instead of deleting it")
+	transport := fs.String("fuse-transport", "dev", "the wsfs arm's `wsfs mount --fuse-transport`: dev or uring")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	}
+	if *transport != "dev" && *transport != "uring" {
+		return usageError{fmt.Sprintf("--fuse-transport: want dev or uring, got %q", *transport)}
 	}
 	sc, ok := stress.ToolScales[*scale]
 	if !ok {
@@ -97,7 +101,7 @@ and /dev/fuse. Exit status 1 if a step failed, 3 if an arm could not run.`)
 	}
 	un := unavailableArms()
 	opts := stress.ToolsOptions{
-		Exe: exe, Tree: *tree, Scale: sc, Arms: armList, Unavailable: un,
+		Exe: exe, Tree: *tree, Scale: sc, Arms: armList, Unavailable: un, FUSETransport: *transport,
 		SQLiteReaders: *readers, StepTimeout: *stepTimeout, Out: *out, Keep: *keep,
 		Command: "wsfs bench tools " + strings.Join(args, " "),
 		Stdout:  g.stdout, Stderr: g.stderr,

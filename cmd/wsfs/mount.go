@@ -48,6 +48,7 @@ first); fsync returns once everything before it is durable.`)
 	metricsAddr := flags.String("metrics", "", "serve Prometheus metrics on ADDR (host:port; port 0 picks one) at /metrics")
 	metricsFile := flags.String("metrics-file", "", "with --metrics: write the address the endpoint bound to FILE (0600, atomically; removed at exit)")
 	passthrough := flags.Bool("passthrough", false, "let the kernel read whole-object files directly from the pool (read-only opens; a writer is refused with ETXTBSY while such a reader is open)")
+	transport := flags.String("fuse-transport", "dev", `how the kernel and the daemon exchange FUSE requests: "dev" (read/write on /dev/fuse) or "uring" (FUSE over io_uring; needs /sys/module/fuse/parameters/enable_uring set to Y by an administrator)`)
 	writeback := flags.Bool("writeback", false, "kernel writeback cache (buffers writes; disables passthrough; file mtimes are those of the writeback)")
 	entryTimeout := flags.Duration("entry-timeout", fusefs.DefaultTimeout, "how long the kernel caches names and negative lookups")
 	attrTimeout := flags.Duration("attr-timeout", fusefs.DefaultTimeout, "how long the kernel caches attributes")
@@ -80,6 +81,9 @@ first); fsync returns once everything before it is durable.`)
 	}
 	if *groupRecords < 1 || *groupWindow <= 0 {
 		return usageError{"--group-records and --group-window must be positive"}
+	}
+	if *transport != "dev" && *transport != "uring" {
+		return usageError{fmt.Sprintf("--fuse-transport: want dev or uring, got %q", *transport)}
 	}
 	if *prefetchParallel < 1 || *fetchTimeout <= 0 {
 		return usageError{"--prefetch-parallel and --fetch-timeout must be positive"}
@@ -139,7 +143,7 @@ first); fsync returns once everything before it is durable.`)
 		Host:   h, Name: name, MountPoint: mp,
 		GroupRecords: *groupRecords, GroupWindow: *groupWindow, Drain: d,
 		EntryTimeout: *entryTimeout, AttrTimeout: *attrTimeout,
-		Passthrough: *passthrough, Writeback: *writeback, DebugFUSE: *debugFUSE,
+		Passthrough: *passthrough, Writeback: *writeback, IOUring: *transport == "uring", DebugFUSE: *debugFUSE,
 		MetricsAddr: *metricsAddr, MetricsFile: *metricsFile, ReadyFile: *readyFile, Logger: lg,
 		NoPrefetch: !*prefetch, PrefetchParallel: *prefetchParallel, FetchTimeout: *fetchTimeout,
 		Serving: func(mp string) { fmt.Fprintf(g.stderr, "wsfs: serving %s at %s\n", name, mp) },

@@ -54,6 +54,7 @@ run (the others' results are still written).`)
 	neighbours := fs.String("neighbours", "0", "comma-separated counts of noisy-neighbour processes writing buffered data on the same filesystem, e.g. 0,1")
 	nbBytes := fs.String("neighbour-bytes", "2GiB", "bytes each neighbour keeps rewriting (suffix KiB, MiB, GiB)")
 	keep := fs.Bool("keep", false, "keep each run's data instead of deleting it")
+	transport := fs.String("fuse-transport", "dev", "the wsfs arms' `wsfs mount --fuse-transport`: dev or uring")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -95,6 +96,9 @@ run (the others' results are still written).`)
 	default:
 		return usageError{fmt.Sprintf("--layout %q: allowed values are shared, dedicated", *layout)}
 	}
+	if *transport != "dev" && *transport != "uring" {
+		return usageError{fmt.Sprintf("--fuse-transport: want dev or uring, got %q", *transport)}
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("cannot find the wsfs binary to start agents and daemons from: %w", err)
@@ -116,7 +120,7 @@ run (the others' results are still written).`)
 	defer slog.SetDefault(prev)
 	opts := stress.Options{
 		Exe: exe, Profile: p, Workspaces: ws, Arms: armList, Neighbours: nbs, NeighbourBytes: nb,
-		Repeat: *repeat, Seed: *seed, Out: *out, Layout: *layout, Keep: *keep,
+		Repeat: *repeat, Seed: *seed, Out: *out, Layout: *layout, Keep: *keep, FUSETransport: *transport,
 		Unavailable: unavailableArms(),
 		Command:     "wsfs stress " + strings.Join(args, " "),
 		Stdout:      g.stdout, Stderr: g.stderr,

@@ -47,6 +47,7 @@ type Config struct {
 
 	EntryTimeout, AttrTimeout time.Duration // kernel caches (fusefs defaults if 0)
 	Passthrough, Writeback    bool
+	IOUring                   bool // FUSE over io_uring (fusefs.Options.IOUring)
 	DebugFUSE                 bool // log every FUSE request
 
 	MetricsAddr string // serve Prometheus metrics there ("" for none)
@@ -197,7 +198,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	srv, err := fusefs.Mount(ws, mp, fusefs.Options{
 		Name: h.MountName(name), EntryTimeout: cfg.EntryTimeout, AttrTimeout: cfg.AttrTimeout, NegativeTimeout: cfg.EntryTimeout,
-		Passthrough: cfg.Passthrough, Writeback: cfg.Writeback,
+		Passthrough: cfg.Passthrough, Writeback: cfg.Writeback, IOUring: cfg.IOUring,
 		Logger: lg, Metrics: m, Debug: cfg.DebugFUSE,
 		SpareProcs: spareProcs(),
 	})

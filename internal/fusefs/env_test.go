@@ -68,6 +68,11 @@ func newEnv(t testing.TB, opts Options) *env {
 	if e.opts.Name == "" {
 		e.opts.Name = "test"
 	}
+	// WSFS_TEST_URING=1 runs every mount test over FUSE over io_uring
+	// when an administrator has enabled it (the tests never do).
+	if os.Getenv("WSFS_TEST_URING") == "1" && CheckURing() == nil {
+		e.opts.IOUring = true
+	}
 	p, err := pool.Open(vfs.Default, e.poolDir, pool.Options{Logger: e.opts.Logger})
 	if err != nil {
 		t.Fatal(err)

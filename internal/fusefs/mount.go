@@ -110,6 +110,16 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Debug logs every FUSE request (very verbose).
 	Debug bool
+	// IOUring serves the mount through FUSE over io_uring (the fork of
+	// go-fuse in third_party/go-fuse, fuse/uring_linux.go) instead of
+	// read(2)/write(2) on /dev/fuse: one ring per possible CPU, the
+	// reply and the next request in one system call. It needs the
+	// fuse module parameter enable_uring=Y (URingParam), which wsfs
+	// never sets: Mount fails with a *PreconditionError otherwise.
+	// FORGET, INTERRUPT and notifications still go through /dev/fuse.
+	// Off by default (docs/benchmarks.md, "FUSE over io_uring
+	// transport").
+	IOUring bool
 	// SpareProcs, if positive, raises the process's GOMAXPROCS, once the
 	// server exists, to BlockedReaders() + SpareProcs: Ps that stay
 	// free while every go-fuse reader is blocked in read(2) of
@@ -197,6 +207,11 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 	if opts.Passthrough && opts.Writeback {
 		opts.Logger.Warn("the writeback cache excludes FUSE passthrough: passthrough is off for this mount")
 	}
+	if opts.IOUring {
+		if err := CheckURing(); err != nil {
+			return nil, err
+		}
+	}
 	r := newRawFS(ws, opts)
 	root := os.Geteuid() == 0
 	var extra, disabled uint64
@@ -250,6 +265,7 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 		DisabledCapabilities: disabled,
 		Debug:                opts.Debug,
 		Logger:               log.New(slogWriter{opts.Logger}, "", 0),
+		IOUring:              opts.IOUring,
 	}
 	srv, err := fuse.NewServer(r, mp, mo)
 	if n := BlockedReaders() + opts.SpareProcs; err == nil && opts.SpareProcs > 0 && n > runtime.GOMAXPROCS(0) {
@@ -263,6 +279,11 @@ func Mount(ws *workspace.Workspace, mountpoint string, opts Options) (*Server, e
 		}
 		return nil, fmt.Errorf("mount %s: %w", mp, err)
 	}
+	transport := "/dev/fuse"
+	if opts.IOUring {
+		transport = "io_uring"
+	}
+	opts.Logger.Info("FUSE transport", "transport", transport, "mountpoint", mp)
 	s := &Server{srv: srv, fs: r, ws: ws, mountpoint: mp, log: opts.Logger, served: make(chan struct{})}
 	go func() {
 		defer close(s.served)
@@ -290,6 +311,29 @@ func setReadAhead(mp string, kb int) error {
 	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
 	return os.WriteFile(p, []byte(strconv.Itoa(kb)), 0)
 }
+
+// URingParam is the fuse module parameter that must read Y for
+// Options.IOUring.
+const URingParam = fuse.URingModuleParam
+
+// CheckURing reports whether FUSE over io_uring can be used: the module
+// parameter URingParam must read Y. wsfs never writes it.
+func CheckURing() error {
+	b, err := os.ReadFile(URingParam)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return precondition("FUSE over io_uring is not available: %s does not exist (it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING); mount with --fuse-transport=dev", URingParam)
+	case err != nil:
+		return precondition("FUSE over io_uring: %v", err)
+	case strings.TrimSpace(string(b)) != "Y":
+		return precondition("FUSE over io_uring is disabled: %s reads %s; an administrator enables it with `echo Y > %s` (wsfs never does), or mount with --fuse-transport=dev", URingParam, strings.TrimSpace(string(b)), URingParam)
+	}
+	return nil
+}
+
+// URingRequests is the number of requests served through io_uring
+// (Options.IOUring); 0 on /dev/fuse.
+func (s *Server) URingRequests() uint64 { return s.srv.URingRequests() }
 
 // Mountpoint is the absolute mount point.
 func (s *Server) Mountpoint() string { return s.mountpoint }

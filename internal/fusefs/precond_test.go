@@ -90,3 +90,18 @@ func TestReadAhead(t *testing.T) {
 		t.Errorf("%s = %s, want %d", p, got, DefaultReadAheadKB)
 	}
 }
+
+// TestCheckURing: with the module parameter not Y (it is N by default,
+// and tests never set it), FUSE over io_uring is refused with a
+// precondition error that names the parameter.
+func TestCheckURing(t *testing.T) {
+	b, err := os.ReadFile(URingParam)
+	if err == nil && strings.TrimSpace(string(b)) == "Y" {
+		t.Skipf("%s reads Y: nothing to refuse", URingParam)
+	}
+	err = CheckURing()
+	var pe *PreconditionError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), URingParam) {
+		t.Fatalf("CheckURing() = %v, want a *PreconditionError naming %s", err, URingParam)
+	}
+}

@@ -83,6 +83,9 @@ type Options struct {
 	Stderr  io.Writer // progress
 	// ProcRoot and SysRoot default to /proc and /sys.
 	ProcRoot, SysRoot string
+	// FUSETransport is the wsfs arms' `wsfs mount --fuse-transport`
+	// ("" or "dev": /dev/fuse; "uring": FUSE over io_uring).
+	FUSETransport string
 }
 
 // RunResult is one arm at one workspace count, neighbour count and repeat.
@@ -600,6 +603,14 @@ func runDataDir(out string, idx int) string {
 	return filepath.Join(out, "runs", strconv.Itoa(idx))
 }
 
+// transportArgs are the wsfs daemon flags for Options.FUSETransport.
+func transportArgs(transport string) []string {
+	if transport == "" {
+		return nil
+	}
+	return []string{"--fuse-transport", transport}
+}
+
 // armConfig is what a caller of setupArm changes in an arm's standard
 // setup (the stress harness uses the zero value; the tools benchmark asks
 // for metrics and leaves out the sidecars).
@@ -681,7 +692,7 @@ func setupArm(opts Options, arm string, n int, runDir, home, logDir string, cfg 
 			}
 			readyFile := filepath.Join(runDir, name+".ready")
 			p, err := startProc(fmt.Sprintf("wsfs daemon %s", name), opts.Exe,
-				slices.Concat([]string{"mount", "--home", home, "--drain", drain, "--ready-file", readyFile}, cfg.daemonArgs, []string{name, mnt}), nil,
+				slices.Concat([]string{"mount", "--home", home, "--drain", drain, "--ready-file", readyFile}, cfg.daemonArgs, transportArgs(opts.FUSETransport), []string{name, mnt}), nil,
 				filepath.Join(logDir, fmt.Sprintf("daemon-%d.log", i)), nil)
 			if err != nil {
 				return nil, err

@@ -92,6 +92,7 @@ type ToolsOptions struct {
 	Stdout        io.Writer // summary table
 	Stderr        io.Writer // progress
 	ProcRoot      string    // default /proc
+	FUSETransport string    // the wsfs arm's `wsfs mount --fuse-transport` (as in Options)
 }
 
 // ToolStep is one step: what it runs and how it checks its result.
@@ -479,7 +480,7 @@ var metricsAddrRe = regexp.MustCompile(`metrics\b.*?\baddr=(http://\S+/metrics)`
 // state replication) and makes the native directory.
 func (t *toolsRun) setupArms(runDir string, srv *servers) ([]*toolArm, error) {
 	var arms []*toolArm
-	so := Options{Exe: t.opts.Exe, Layout: LayoutShared}
+	so := Options{Exe: t.opts.Exe, Layout: LayoutShared, FUSETransport: t.opts.FUSETransport}
 	for _, name := range t.res.Arms {
 		dir := filepath.Join(runDir, name)
 		logDir := filepath.Join(t.opts.Out, "logs", name)

@@ -11,7 +11,8 @@
 # (all threads), each scaled to 10,000 creates, and the one-minute load.
 # Compare binaries by alternating runs in the same session. Needs root
 # and /dev/fuse. Environment: PROF=FILE writes a pprof CPU profile of
-# the daemon (--cpuprofile); THREADS=1 prints per-thread switches and CPU.
+# the daemon (--cpuprofile); THREADS=1 prints per-thread switches and CPU;
+# MOUNT_FLAGS adds flags to `wsfs mount` (e.g. --fuse-transport=uring).
 set -eu
 bin=$1 label=$2 n=${3:-10000}
 home=$(mktemp -d)
@@ -19,7 +20,7 @@ trap 'fusermount3 -uz "$home/mp" 2>/dev/null || true; rm -rf "$home"' EXIT
 "$bin" init --home "$home" >/dev/null
 "$bin" create --home "$home" ws >/dev/null
 mkdir -m 0700 "$home/mp"
-"$bin" mount --home "$home" --ready-file "$home/ready" ${PROF:+--cpuprofile "$PROF"} ws "$home/mp" 2>"$home/log" &
+"$bin" mount --home "$home" --ready-file "$home/ready" ${PROF:+--cpuprofile "$PROF"} ${MOUNT_FLAGS:-} ws "$home/mp" 2>"$home/log" &
 pid=$!
 for _ in $(seq 300); do [ -e "$home/ready" ] && break; sleep 0.1; done
 [ -e "$home/ready" ] || { echo "$label: daemon not ready after 30 s" >&2; cat "$home/log" >&2; kill "$pid"; exit 1; }
