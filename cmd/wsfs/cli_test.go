@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"wsfs/internal/agentstate"
+	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/layout"
 	"wsfs/internal/vfs"
@@ -235,11 +236,12 @@ func TestRefusalExitCodes(t *testing.T) {
 		notEmpty, noLayout = "needs root", "needs root"
 	}
 	to := filepath.Join(t.TempDir(), "r.db")
-	for _, tc := range []struct {
+	type refusal struct {
 		args []string
 		code int
 		want string
-	}{
+	}
+	cases := []refusal{
 		{nil, exitUsage, "usage: wsfs"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"ls", "--bogus"}, exitUsage, "flag provided but not defined"},
@@ -272,7 +274,15 @@ func TestRefusalExitCodes(t *testing.T) {
 		{[]string{"layout", "create", "--home", busy, "--state-size", "16M", "--pool-size", "16M"}, exitPrecondition, notEmpty},
 
 		{[]string{"state", "sync", "--home", home, "--timeout", "1s", "ws-1"}, exitFailure, "no sidecar answers"},
-	} {
+		{[]string{"up", "--home", home, "--fuse-transport", "carrier-pigeon"}, exitUsage, "want dev or uring"},
+		{[]string{"mount", "--home", home, "--fuse-transport", "carrier-pigeon", "ws-1"}, exitUsage, "want dev or uring"},
+	}
+	// With FUSE over io_uring disabled (as the kernel ships it, and as
+	// CI runs), up refuses the transport before it starts anything.
+	if fusefs.CheckURing() != nil {
+		cases = append(cases, refusal{[]string{"up", "--home", home, "--fuse-transport", "uring"}, exitPrecondition, "io_uring"})
+	}
+	for _, tc := range cases {
 		code, stdout, stderr := runCLI(ctx, tc.args...)
 		if code != tc.code || !strings.Contains(stdout+stderr, tc.want) {
 			t.Errorf("wsfs %s: exit %d, stdout %q, stderr %q; want exit %d saying %q", strings.Join(tc.args, " "), code, stdout, stderr, tc.code, tc.want)

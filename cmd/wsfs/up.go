@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"wsfs/internal/agentstate"
+	"wsfs/internal/fusefs"
 	"wsfs/internal/host"
 	"wsfs/internal/remote"
 	"wsfs/internal/ship"
@@ -71,11 +72,25 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 	gcInterval := fs.Duration("gc-interval", 0, "run 'wsfs gc' (default grace) this often while the daemons serve; 0: never")
 	metricsAddr := fs.String("metrics", "", "serve the Prometheus metrics of every workspace's daemon, sidecar and shipper, labelled by workspace and process, on ADDR (host:port) at /metrics")
 	metricsTimeout := fs.Duration("metrics-timeout", 5*time.Second, "with --metrics: bound on the scrape of one child (a slower child is reported as not scraped)")
+	transport := fs.String("fuse-transport", "dev", `every daemon's wsfs mount --fuse-transport: "dev" or "uring" (FUSE over io_uring; needs /sys/module/fuse/parameters/enable_uring set to Y by an administrator)`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	var daemonArgs []string
+	switch *transport {
+	case "dev":
+	case "uring":
+		// Checked once here: otherwise every daemon would be refused
+		// and restarted with backoff, forever.
+		if err := fusefs.CheckURing(); err != nil {
+			return preconditionError{err}
+		}
+		daemonArgs = []string{"--fuse-transport=uring"}
+	default:
+		return usageError{fmt.Sprintf("--fuse-transport: want dev or uring, got %q", *transport)}
 	}
 	if *n < 0 || *minBackoff <= 0 || *maxBackoff < *minBackoff || *stopTimeout <= 0 || *gcInterval < 0 || *metricsTimeout <= 0 {
 		return usageError{"--workspaces must be >= 0, backoffs positive with --max-backoff >= --min-backoff, --stop-timeout and --metrics-timeout positive, --gc-interval >= 0"}
@@ -141,6 +156,7 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 		Host:        h,
 		Workspaces:  names,
 		Exe:         exe,
+		DaemonArgs:  daemonArgs,
 		MinBackoff:  *minBackoff,
 		MaxBackoff:  *maxBackoff,
 		StopTimeout: *stopTimeout,
