@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -87,8 +86,6 @@ part-way. Objects in the bucket go with 'wsfs remote-gc'.`)
 				return err
 			}
 		}
-	}
-	if local {
 		release, err := lockCompanions(h, name)
 		if err != nil {
 			return err
@@ -193,7 +190,7 @@ func lockCompanions(h *host.Host, name string) (release func(), err error) {
 // refusing.
 func unshipped(h *host.Host, name string) error {
 	dir := h.WorkspaceDir(name)
-	if _, err := vfs.Default.Stat(filepath.Join(dir, ship.PushedName)); err == nil {
+	if ship.Pushed(vfs.Default, dir) {
 		return nil
 	}
 	st, err := ship.ReadStatus(dir)

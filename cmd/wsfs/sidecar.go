@@ -88,7 +88,7 @@ func runSidecar(ctx context.Context, g *globals, args []string) error {
 	}
 	// As the daemon: a workspace pushed from here is served by the host
 	// that pulls it, whose sidecar replicates into the same replica.
-	if _, err := vfs.Default.Stat(filepath.Join(h.WorkspaceDir(name), ship.PushedName)); err == nil {
+	if ship.Pushed(vfs.Default, h.WorkspaceDir(name)) {
 		return preconditionError{fmt.Errorf("workspace %s was pushed from this host (%s exists): its agent state is replicated by the host that serves it now; remove it here (wsfs rm %s) and pull it to serve it here again",
 			name, filepath.Join(h.WorkspaceDir(name), ship.PushedName), name)}
 	}

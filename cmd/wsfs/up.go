@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -181,7 +180,7 @@ func runUp(ctx context.Context, g *globals, args []string) error {
 func servable(h *host.Host, names []string, log *slog.Logger) ([]string, error) {
 	var kept, pushed []string
 	for _, name := range names {
-		if _, err := vfs.Default.Stat(filepath.Join(h.WorkspaceDir(name), ship.PushedName)); err == nil {
+		if ship.Pushed(vfs.Default, h.WorkspaceDir(name)) {
 			log.Warn("not serving a workspace pushed from this host (the host that pulled it serves it): remove it with 'wsfs rm NAME'", "workspace", name)
 			pushed = append(pushed, name)
 			continue

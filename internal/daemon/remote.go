@@ -142,7 +142,7 @@ func (r *Remote) ttl() time.Duration {
 // acquire takes the lease before the daemon serves (see Remote for the
 // start without a remote).
 func (r *Remote) acquire(ctx context.Context, dir, name string, lg *slog.Logger) error {
-	if _, err := vfs.Default.Stat(filepath.Join(dir, ship.PushedName)); err == nil {
+	if ship.Pushed(vfs.Default, dir) {
 		return &RefusedError{fmt.Errorf("workspace %s was pushed from this host (%s exists): it is served from the remote now; remove it here (wsfs rm %s) and pull it to serve it here again", name, filepath.Join(dir, ship.PushedName), name)}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -6,15 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"wsfs/internal/remote"
+	"wsfs/internal/vfs"
 )
 
 // PushedName is the marker `wsfs push` leaves in the workspace directory:
 // the workspace was released to the remote, and this host's copy is no
 // longer shipped (nor may it take the lease back by itself).
 const PushedName = "pushed"
+
+// Pushed reports whether the workspace whose directory is dir was pushed
+// from this host (its PushedName marker exists).
+func Pushed(fsys vfs.FS, dir string) bool {
+	_, err := fsys.Stat(filepath.Join(dir, PushedName))
+	return err == nil
+}
 
 // ErrPushed is wrapped by a round of a workspace pushed from this host
 // (PushedName exists): a refusal that lasts until the workspace is

@@ -288,11 +288,7 @@ func concurrently(fs ...func() error) error {
 	errs := make([]error, len(fs))
 	var wg sync.WaitGroup
 	for i, f := range fs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f()
-		}()
+		wg.Go(func() { errs[i] = f() })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

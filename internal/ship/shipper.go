@@ -320,7 +320,7 @@ func (s *Shipper) round(ctx context.Context, up *uploader, all bool) (uint64, er
 		return s.head.Group, err
 	}
 	if s.opts.HostID != "" {
-		if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Dir, PushedName)); err == nil {
+		if Pushed(s.opts.FS, s.opts.Dir) {
 			return s.head.Group, fmt.Errorf("ship %s: %w (%s exists): it is no longer shipped from here; remove it (wsfs rm) and pull it to serve it here again", s.opts.Name, ErrPushed, PushedName)
 		}
 		if err := s.holdLease(ctx); err != nil {
