@@ -43,6 +43,10 @@ type Lease struct {
 	Renewed  time.Time `json:"renewed"`
 	Expires  time.Time `json:"expires"`
 	Released bool      `json:"released,omitempty"`
+	// Removing marks a lease taken by RemoveRemote: a lease left with
+	// it set is a removal that stopped part-way, which LeaseError
+	// explains as such rather than as a host serving the workspace.
+	Removing bool `json:"removing,omitempty"`
 }
 
 // LeaseKey is the key of workspace name's lease.
@@ -66,6 +70,14 @@ func (e *LeaseError) Error() string {
 	if hn, err := os.Hostname(); err == nil && hn == l.Hostname {
 		same = fmt.Sprintf(" (%s is this machine: another wsfs HOME on it holds the lease, or this host did under an ID it no longer has, its HOME/host-id lost or replaced)", hn)
 	}
+	if l.Removing {
+		if e.Now.Before(l.Expires) {
+			return fmt.Sprintf("workspace %s is being removed from the remote by host %s (%s): wsfs rm --remote started %s, renewed %s ago; once it finishes the name is free%s",
+				e.Workspace, l.Holder, l.Hostname, l.Acquired.Format(time.RFC3339), age, same)
+		}
+		return fmt.Sprintf("a removal of workspace %s from the remote by host %s (%s) stopped part-way (renewed %s ago, expired %s ago): finish it with 'wsfs rm --remote %s' on that host, or here with --steal%s",
+			e.Workspace, l.Holder, l.Hostname, age, e.Now.Sub(l.Expires).Round(time.Second), e.Workspace, same)
+	}
 	if e.Now.Before(l.Expires) {
 		return fmt.Sprintf("workspace %s is served by host %s (%s): lease taken %s, renewed %s ago, expires in %s; push it from that host first%s",
 			e.Workspace, l.Holder, l.Hostname, l.Acquired.Format(time.RFC3339), age, l.Expires.Sub(e.Now).Round(time.Second), same)
@@ -82,6 +94,11 @@ var ErrLeaseLost = errors.New("lease lost")
 // conditional PUT; one held by another host is a *LeaseError, unless
 // steal is set and it has expired. It returns the lease's ETag.
 func AcquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl time.Duration, steal bool, now time.Time) (string, error) {
+	return acquireLease(ctx, st, name, hostID, ttl, steal, false, now)
+}
+
+// acquireLease is AcquireLease; removing marks the lease as RemoveRemote's.
+func acquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl time.Duration, steal, removing bool, now time.Time) (string, error) {
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
@@ -90,7 +107,7 @@ func AcquireLease(ctx context.Context, st remote.Store, name, hostID string, ttl
 	if err != nil {
 		return "", err
 	}
-	nl := Lease{Holder: hostID, Hostname: hn, Acquired: now.UTC(), Renewed: now.UTC(), Expires: now.Add(ttl).UTC()}
+	nl := Lease{Holder: hostID, Hostname: hn, Acquired: now.UTC(), Renewed: now.UTC(), Expires: now.Add(ttl).UTC(), Removing: removing}
 	if found {
 		switch {
 		case l.Released:

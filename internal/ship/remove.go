@@ -37,7 +37,7 @@ func RemoveRemote(ctx context.Context, st remote.Store, name, hostID string, ttl
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
-	if _, err := AcquireLease(ctx, st, name, hostID, ttl, steal, now); err != nil {
+	if _, err := acquireLease(ctx, st, name, hostID, ttl, steal, true, now); err != nil {
 		return rs, err
 	}
 	// del renews the lease whenever a third of its TTL has passed, so
@@ -47,7 +47,7 @@ func RemoveRemote(ctx context.Context, st remote.Store, name, hostID string, ttl
 	start, renewed := time.Now(), time.Duration(0)
 	del := func(key string) error {
 		if el := time.Since(start); el-renewed > ttl/3 {
-			if _, err := AcquireLease(ctx, st, name, hostID, ttl, false, now.Add(el)); err != nil {
+			if _, err := acquireLease(ctx, st, name, hostID, ttl, false, true, now.Add(el)); err != nil {
 				return err
 			}
 			renewed = el

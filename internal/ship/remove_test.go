@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,14 @@ func TestRemoveRemote(t *testing.T) {
 	}
 	if len(list("workspaces/ws/")) < 2 {
 		t.Fatal("the stopped removal deleted more than two keys")
+	}
+	// Another host (a pull, say) is told of the removal, not of a host
+	// serving the workspace: live, then expired.
+	for _, at := range []time.Time{late.Add(time.Second), late.Add(ttl + time.Minute)} {
+		_, err := AcquireLease(ctx, st, "ws", "host-c", ttl, false, at)
+		if !errors.As(err, &le) || !le.Lease.Removing || !strings.Contains(err.Error(), "rm --remote") || strings.Contains(err.Error(), "push it") {
+			t.Fatalf("host C after B's removal stopped: %v, want a LeaseError about the removal", err)
+		}
 	}
 	rs, err := RemoveRemote(ctx, st, "ws", "host-b", ttl, false, late)
 	if err != nil {
