@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"wsfs/internal/agentstate"
@@ -220,6 +221,11 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		}
 		if errors.Is(err, ship.ErrNotShipped) || errors.Is(err, ship.ErrNoSuchState) {
 			return preconditionError{err}
+		}
+		if !strings.HasPrefix(err.Error(), "pull "+name+":") {
+			// A store or disk error (a full disk, say) names the
+			// workspace and the remote, not only the file it hit.
+			err = fmt.Errorf("pull %s from %s: %w", name, cfg.URL(), err)
 		}
 		return err
 	}
