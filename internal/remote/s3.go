@@ -233,20 +233,13 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 
 // List returns the keys under prefix (relative to the store's prefix).
 func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
-	var keys []string
-	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(s.key(prefix))})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, s.wrap("list", prefix, err)
-		}
-		for _, o := range page.Contents {
-			k := aws.ToString(o.Key)
-			if s.cfg.Prefix != "" {
-				k = strings.TrimPrefix(k, s.cfg.Prefix+"/")
-			}
-			keys = append(keys, k)
-		}
+	infos, err := s.ListInfo(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(infos))
+	for i, in := range infos {
+		keys[i] = in.Key
 	}
 	return keys, nil
 }
