@@ -38,10 +38,7 @@ ls and stat see the snapshot (see the README, "Snapshots").`)
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
-	if flags.NArg() != 1 {
-		return usageError{fmt.Sprintf("want one NAME@ID, got %d arguments", flags.NArg())}
-	}
-	name, id, err := parseSnapshotRef(flags.Arg(0))
+	name, id, err := snapshotRefArg(flags)
 	if err != nil {
 		return err
 	}

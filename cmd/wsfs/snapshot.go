@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -71,6 +72,14 @@ func offlineError(cmd, name string, err error) error {
 		return preconditionError{err}
 	}
 	return classifyOpenError(name, err)
+}
+
+// snapshotRefArg parses a command's one argument, NAME@ID.
+func snapshotRefArg(flags *flag.FlagSet) (string, uint64, error) {
+	if flags.NArg() != 1 {
+		return "", 0, usageError{fmt.Sprintf("want one NAME@ID, got %d arguments", flags.NArg())}
+	}
+	return parseSnapshotRef(flags.Arg(0))
 }
 
 // parseSnapshotRef parses NAME@ID as a usage error if malformed.
@@ -222,10 +231,7 @@ reused.`)
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
-	if flags.NArg() != 1 {
-		return usageError{fmt.Sprintf("want one NAME@ID, got %d arguments", flags.NArg())}
-	}
-	name, id, err := parseSnapshotRef(flags.Arg(0))
+	name, id, err := snapshotRefArg(flags)
 	if err != nil {
 		return err
 	}
