@@ -177,52 +177,7 @@ func EntryOf(name string, n *namespace.Inode) Entry {
 // already exist are only protected (see pool.Put), so the new bytes
 // written are those of the changed directories.
 func Build(t *namespace.Tree, st Store) (objid.ID, BuildStats, error) {
-	var stats BuildStats
-	var build func(dir *namespace.Inode, depth int) (objid.ID, error)
-	build = func(dir *namespace.Inode, depth int) (objid.ID, error) {
-		if depth > 1<<16 {
-			return objid.ID{}, fmt.Errorf("manifest: directory %d nested deeper than %d", dir.Ino, 1<<16)
-		}
-		names := make([]string, 0, len(dir.Entries))
-		for name := range dir.Entries {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		entries := make([]Entry, len(names))
-		for i, name := range names {
-			c := t.Get(dir.Entries[name])
-			if c == nil {
-				return objid.ID{}, fmt.Errorf("manifest: entry %q of directory %d names missing inode %d", name, dir.Ino, dir.Entries[name])
-			}
-			entries[i] = EntryOf(name, c)
-			if c.IsDir() {
-				id, err := build(c, depth+1)
-				if err != nil {
-					return id, err
-				}
-				entries[i].Dir = id
-			}
-		}
-		b := EncodeDir(entries)
-		stats.Dirs++
-		stats.Entries += len(entries)
-		stats.Bytes += len(b)
-		return st.Put(b)
-	}
-	root := t.Get(namespace.RootIno)
-	if root == nil {
-		return objid.ID{}, stats, fmt.Errorf("manifest: tree has no root")
-	}
-	rid, err := build(root, 0)
-	if err != nil {
-		return objid.ID{}, stats, err
-	}
-	r := &Root{NextIno: uint64(t.NextIno()), Entry: EntryOf("", root)}
-	r.Entry.Dir = rid
-	b := EncodeRoot(r)
-	stats.Bytes += len(b)
-	id, err := st.Put(b)
-	return id, stats, err
+	return NewCache().Build(t, st)
 }
 
 // ReadRoot gets and decodes root object id.
