@@ -34,8 +34,7 @@ func FromInodes(inodes map[Ino]*Inode, next Ino) (*Tree, error) {
 // not copied; Aux, Pinned and the locks start fresh.
 func (t *Tree) Clone() *Tree {
 	c := &Tree{}
-	t.inodes.Range(func(_, v any) bool {
-		n := v.(*Inode)
+	t.inodes.each(func(n *Inode) bool {
 		if n.Nlink == 0 && n.Ino != RootIno {
 			return true
 		}
@@ -53,7 +52,7 @@ func (t *Tree) Clone() *Tree {
 				m.Xattrs[k] = v
 			}
 		}
-		c.inodes.Store(m.Ino, m)
+		c.inodes.store(m)
 		c.count.Add(1)
 		return true
 	})

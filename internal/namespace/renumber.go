@@ -19,14 +19,13 @@ func (t *Tree) Renumber(base Ino) *Tree {
 	}
 	c := t.Clone()
 	out := &Tree{}
-	c.inodes.Range(func(_, v any) bool {
-		n := v.(*Inode)
+	c.inodes.each(func(n *Inode) bool {
 		n.Ino = re(n.Ino)
 		n.Parent = re(n.Parent)
 		for k, e := range n.Entries {
 			n.Entries[k] = re(e)
 		}
-		out.inodes.Store(n.Ino, n)
+		out.inodes.store(n)
 		out.count.Add(1)
 		return true
 	})
