@@ -34,7 +34,8 @@ func FromInodes(inodes map[Ino]*Inode, next Ino) (*Tree, error) {
 // not copied; Aux, Pinned and the locks start fresh.
 func (t *Tree) Clone() *Tree {
 	c := &Tree{}
-	t.inodes.each(func(n *Inode) bool {
+	t.inodes.Range(func(_, v any) bool {
+		n := v.(*Inode)
 		if n.Nlink == 0 && n.Ino != RootIno {
 			return true
 		}
@@ -52,7 +53,7 @@ func (t *Tree) Clone() *Tree {
 				m.Xattrs[k] = v
 			}
 		}
-		c.inodes.store(m)
+		c.inodes.Store(m.Ino, m)
 		c.count.Add(1)
 		return true
 	})

@@ -19,13 +19,14 @@ func (t *Tree) Renumber(base Ino) *Tree {
 	}
 	c := t.Clone()
 	out := &Tree{}
-	c.inodes.each(func(n *Inode) bool {
+	c.inodes.Range(func(_, v any) bool {
+		n := v.(*Inode)
 		n.Ino = re(n.Ino)
 		n.Parent = re(n.Parent)
 		for k, e := range n.Entries {
 			n.Entries[k] = re(e)
 		}
-		out.inodes.store(n)
+		out.inodes.Store(n.Ino, n)
 		out.count.Add(1)
 		return true
 	})

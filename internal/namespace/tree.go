@@ -22,8 +22,7 @@
 //     itself.
 //
 // Concurrency: the inode table (the map from number to *Inode and NextIno)
-// is a sharded map (inodeTable: a read lock of one of 64 shards per Get,
-// never a tree-wide lock) and an atomic counter.
+// is a sync.Map and an atomic counter, so Get takes no lock at all.
 // The fields of an Inode are NOT locked by this package: the caller (package
 // workspace) locks Inode.Mu of every inode a record touches before Apply and
 // before reading fields. A tree used by a single goroutine (replay, the
@@ -93,9 +92,9 @@ func (n *Inode) IsReg() bool { return n.Mode&S_IFMT == S_IFREG }
 
 // Tree is a namespace. The zero value is not usable; call New.
 type Tree struct {
-	// inodes maps Ino to *Inode. Lookups by number take one shard's read
+	// inodes maps Ino to *Inode. A sync.Map: lookups by number take no
 	// lock, so the read path has no tree-wide lock at all.
-	inodes  inodeTable
+	inodes  sync.Map
 	count   atomic.Int64  // entries in inodes
 	nextIno atomic.Uint64 // the next number AllocIno returns
 }
@@ -112,81 +111,20 @@ func New(perm, uid, gid uint32, time int64) *Tree {
 	return t
 }
 
-// inodeShards is the number of shards of an inodeTable.
-const inodeShards = 64
-
-// inodeTable maps Ino to *Inode for concurrent use: inodeShards Go maps,
-// each under its own RWMutex, chosen by the number's low bits. It replaced
-// a sync.Map, whose Load (an interface key hashed and compared through a
-// trie of nodes) was 2-3 % of the daemon's CPU in the seed profile at 9
-// workspaces and about 4x slower than a shard's read lock and map lookup
-// on 80,000 inodes (docs/benchmarks.md, "Daemon CPU at 9 workspaces").
-// Writers (insert, remove) hold one shard's lock for one map operation.
-// The zero value is an empty table.
-type inodeTable struct {
-	shards [inodeShards]inodeShard
-}
-
-type inodeShard struct {
-	mu sync.RWMutex
-	m  map[Ino]*Inode
-	_  [32]byte // a shard per 64-byte cache line: readers of neighbours do not share it
-}
-
-func (it *inodeTable) shard(ino Ino) *inodeShard { return &it.shards[uint64(ino)%inodeShards] }
-
-func (it *inodeTable) load(ino Ino) *Inode {
-	s := it.shard(ino)
-	s.mu.RLock()
-	n := s.m[ino]
-	s.mu.RUnlock()
-	return n
-}
-
-func (it *inodeTable) store(n *Inode) {
-	s := it.shard(n.Ino)
-	s.mu.Lock()
-	if s.m == nil {
-		s.m = make(map[Ino]*Inode)
-	}
-	s.m[n.Ino] = n
-	s.mu.Unlock()
-}
-
-func (it *inodeTable) delete(ino Ino) {
-	s := it.shard(ino)
-	s.mu.Lock()
-	delete(s.m, ino)
-	s.mu.Unlock()
-}
-
-// each calls f for every inode, shard by shard under the shard's read
-// lock, until f returns false. f must not change this table.
-func (it *inodeTable) each(f func(n *Inode) bool) {
-	for i := range it.shards {
-		s := &it.shards[i]
-		s.mu.RLock()
-		for _, n := range s.m {
-			if !f(n) {
-				s.mu.RUnlock()
-				return
-			}
-		}
-		s.mu.RUnlock()
-	}
-}
-
 // Get returns the inode numbered ino, or nil if it is not in the table.
 func (t *Tree) Get(ino Ino) *Inode {
-	return t.inodes.load(ino)
+	if v, ok := t.inodes.Load(ino); ok {
+		return v.(*Inode)
+	}
+	return nil
 }
 
 // Inodes returns a snapshot of the inode table (orphans included), in no
 // particular order.
 func (t *Tree) Inodes() []*Inode {
 	out := make([]*Inode, 0, t.count.Load())
-	t.inodes.each(func(n *Inode) bool {
-		out = append(out, n)
+	t.inodes.Range(func(_, v any) bool {
+		out = append(out, v.(*Inode))
 		return true
 	})
 	return out
@@ -202,7 +140,7 @@ func (t *Tree) AllocIno() Ino { return Ino(t.nextIno.Add(1) - 1) }
 func (t *Tree) NextIno() Ino { return Ino(t.nextIno.Load()) }
 
 func (t *Tree) insert(n *Inode) {
-	t.inodes.store(n)
+	t.inodes.Store(n.Ino, n)
 	t.count.Add(1)
 	for {
 		next := t.nextIno.Load()
@@ -213,7 +151,7 @@ func (t *Tree) insert(n *Inode) {
 }
 
 func (t *Tree) remove(n *Inode) {
-	t.inodes.delete(n.Ino)
+	t.inodes.Delete(n.Ino)
 	t.count.Add(-1)
 	n.Dropped = true
 }
