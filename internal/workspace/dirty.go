@@ -235,15 +235,14 @@ func (w *Workspace) toChunks(d *dirty) {
 	d.mem = nil
 }
 
-// chunkBuf returns chunk i's buffer, creating it if needed: with load, from
-// the chunk's object (at its current length); without, zeroed (the caller
-// overwrites every byte the object held).
-func (w *Workspace) chunkBuf(d *dirty, i int, load bool) ([]byte, error) {
+// chunkBuf returns chunk i's buffer, creating it if needed from the
+// chunk's object (at its current length). A hole gives zeros.
+func (w *Workspace) chunkBuf(d *dirty, i int) ([]byte, error) {
 	if b, ok := d.bufs[i]; ok {
 		return b, nil
 	}
 	b := getBuf(1 << d.shift)
-	if load && i < len(d.chunks) && d.chunks[i] != namespace.HoleChunk {
+	if i < len(d.chunks) && d.chunks[i] != namespace.HoleChunk {
 		id := d.chunks[i]
 		data, err := w.pool.ReadAll(id)
 		if err != nil {
@@ -261,6 +260,23 @@ func (w *Workspace) chunkBuf(d *dirty, i int, load bool) ([]byte, error) {
 	}
 	d.bufs[i] = b
 	return b, nil
+}
+
+// overwriteBuf returns chunk i's buffer for a write of bytes [lo, hi)
+// within the chunk that covers everything the chunk holds now (its
+// object, if any, is not read). A new buffer is zeroed only outside
+// [lo, hi): the caller overwrites the rest at once, and a chunk's bytes
+// past size must be zero (a 1 MiB write into a fresh chunk then costs
+// no clear of 1 MiB).
+func (w *Workspace) overwriteBuf(d *dirty, i int, lo, hi int64) []byte {
+	if b, ok := d.bufs[i]; ok {
+		return b
+	}
+	b := getBuf(1 << d.shift)
+	clear(b[:lo])
+	clear(b[hi:])
+	d.bufs[i] = b
+	return b
 }
 
 // putChunk publishes buffered chunk i to the pool (an all-zero chunk
@@ -324,7 +340,7 @@ func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
 	if d.chunks == nil {
 		if end <= int64(w.opts.ChunkSize) {
 			if end > int64(len(d.mem)) {
-				d.mem = growMem(d.mem, int(end), w.opts.ChunkSize)
+				d.mem = growMem(d.mem, int(end), int(off), w.opts.ChunkSize)
 			}
 			copy(d.mem[off:], p)
 			d.size = max(d.size, end)
@@ -343,7 +359,7 @@ func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
 	first, last := int(off>>d.shift), int((end-1)>>d.shift)
 	for _, i := range []int{first, last} {
 		if i < len(d.chunks) && (off > int64(i)<<d.shift || end < int64(i)<<d.shift+d.chunkLen(i)) {
-			if _, err := w.chunkBuf(d, i, true); err != nil {
+			if _, err := w.chunkBuf(d, i); err != nil {
 				return err
 			}
 		}
@@ -353,8 +369,10 @@ func (w *Workspace) writeDirty(d *dirty, p []byte, off int64) error {
 	}
 	for pos := off; pos < end; {
 		i := int(pos >> d.shift)
-		b, _ := w.chunkBuf(d, i, false) // never fails without load
-		k := copy(b[pos-int64(i)<<d.shift:], p[pos-off:])
+		lo := pos - int64(i)<<d.shift
+		hi := min(end-int64(i)<<d.shift, 1<<d.shift)
+		b := w.overwriteBuf(d, i, lo, hi)
+		k := copy(b[lo:hi], p[pos-off:])
 		pos += int64(k)
 	}
 	d.hot = last
@@ -375,7 +393,7 @@ func (w *Workspace) setSize(d *dirty, size int64) error {
 			d.size = size
 			return nil
 		default:
-			d.mem = growMem(d.mem, int(size), w.opts.ChunkSize)
+			d.mem = growMem(d.mem, int(size), int(size), w.opts.ChunkSize)
 			d.size = size
 			return nil
 		}
@@ -394,7 +412,7 @@ func (w *Workspace) resizeChunks(d *dirty, size int64) error {
 	mask := int64(1)<<d.shift - 1
 	for _, e := range []int64{old, size} {
 		if i := int(e >> d.shift); e&mask != 0 && i < len(d.chunks) {
-			if _, err := w.chunkBuf(d, i, true); err != nil {
+			if _, err := w.chunkBuf(d, i); err != nil {
 				return err
 			}
 		}
@@ -483,21 +501,24 @@ func (w *Workspace) discard(d *dirty) {
 }
 
 // growMem returns mem extended to length n (n > len(mem)), the new bytes
-// zero. Capacity at least doubles when it runs out (never beyond limit,
-// the chunk size, unless n itself is larger): a file written in 1 MiB
-// WRITE requests is then copied O(size) times in total instead of
-// O(size^2/1 MiB), which an exact-size append costs (measured with
-// BenchmarkLargeFileWrite).
-func growMem(mem []byte, n, limit int) []byte {
+// before from zero; the new bytes from from on are left as they are, for
+// the caller to overwrite at once (writeDirty's copy: a small file written
+// in one WRITE costs no clear). Capacity at least doubles when it runs out
+// (never beyond limit, the chunk size, unless n itself is larger): a file
+// written in 1 MiB WRITE requests is then copied O(size) times in total
+// instead of O(size^2/1 MiB), which an exact-size append costs (measured
+// with BenchmarkLargeFileWrite).
+func growMem(mem []byte, n, from, limit int) []byte {
+	old := len(mem)
+	zeroEnd := max(old, min(from, n))
 	if n <= cap(mem) {
-		old := len(mem)
 		mem = mem[:n]
-		clear(mem[old:]) // a shrink (truncate) may have left old bytes here
+		clear(mem[old:zeroEnd]) // a shrink (truncate) may have left old bytes here
 		return mem
 	}
 	nb := getBuf(min(max(n, 2*cap(mem)), max(n, limit)))[:n]
 	copy(nb, mem)
-	clear(nb[len(mem):]) // a recycled buffer holds old bytes
+	clear(nb[old:zeroEnd]) // a recycled buffer holds old bytes
 	putBuf(mem)
 	return nb
 }

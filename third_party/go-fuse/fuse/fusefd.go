@@ -96,6 +96,53 @@ func (r *fuseFD) writevFD(iov [][]byte) (int, error) {
 	return n, err
 }
 
+// fdCall is one read(2) or writev(2) of the FUSE fd, with its arguments
+// and results, kept with its request and reused by every request served
+// with it. A closure passed to RawConn.Control escapes to the heap, so
+// building one (and the iovec slice it captures) per system call cost
+// several allocations per request; readFn and writevFn are bound once.
+type fdCall struct {
+	buf      []byte    // read destination
+	iov      [][]byte  // writev source: a prefix of iovArr
+	iovArr   [3][]byte // header, structured data, payload
+	n        int       // result
+	err      error     // result
+	readFn   func(fd uintptr)
+	writevFn func(fd uintptr)
+}
+
+func (c *fdCall) read(fd uintptr)   { c.n, c.err = syscall.Read(int(fd), c.buf) }
+func (c *fdCall) writev(fd uintptr) { c.n, c.err = writev(int(fd), c.iov) }
+
+// fdCall returns the request's reusable fdCall, creating it on first use.
+func (r *request) fdCall() *fdCall {
+	if r.call == nil {
+		c := &fdCall{}
+		c.readFn, c.writevFn = c.read, c.writev
+		r.call = c
+	}
+	return r.call
+}
+
+// writevReq writes the request's reply pieces (empty ones are skipped by
+// writev) to the FUSE fd, retrying on EINTR, without allocating.
+func (r *fuseFD) writevReq(req *request, pieces ...[]byte) error {
+	c := req.fdCall()
+	c.iov = append(c.iovArr[:0], pieces...)
+	var err error
+	for {
+		if err = r.conn.Control(c.writevFn); err != nil {
+			break
+		}
+		if err = c.err; err != syscall.EINTR {
+			break
+		}
+	}
+	clear(c.iovArr[:]) // do not keep the reply's buffers alive
+	c.iov, c.err = nil, nil
+	return err
+}
+
 // readRequest reads one request from the kernel. Returns nil, OK if
 // there are too many concurrent readers or insufficient request-bytes
 // budget.
@@ -110,21 +157,25 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	r.reqMu.Unlock()
 
 	req = r.reqPool.Get().(*requestAlloc)
-	dest := r.readPool.Get().([]byte)
+	destp := r.readPool.Get().(*[]byte)
 
-	var n int
-	err := handleEINTR(func() error {
-		var err error
-		if cerr := r.withFD(func(fd int) {
-			n, err = syscall.Read(fd, dest)
-		}); cerr != nil {
-			return cerr
+	c := req.fdCall()
+	c.buf = *destp
+	var err error
+	for {
+		if cerr := r.conn.Control(c.readFn); cerr != nil {
+			err = cerr
+			break
 		}
-		return err
-	})
+		if err = c.err; err != syscall.EINTR {
+			break
+		}
+	}
+	n := c.n
+	c.buf, c.err = nil, nil
 	if err != nil {
 		r.reqMu.Lock()
-		r.putReadBuf(dest)
+		r.putReadBuf(destp)
 		r.putReq(req)
 		r.reqReaders--
 		r.reqMu.Unlock()
@@ -133,10 +184,10 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 
 	r.reqMu.Lock()
 	defer r.reqMu.Unlock()
-	gobbled := req.setInput(dest[:n])
+	gobbled := req.setInput((*destp)[:n])
 	if len(req.inputBuf) < int(unsafe.Sizeof(InHeader{})) {
 		log.Printf("Short read for input header: %v", req.inputBuf)
-		r.putReadBuf(dest)
+		r.putReadBuf(destp)
 		r.putReq(req)
 		r.reqReaders--
 		return nil, EINVAL
@@ -148,8 +199,10 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	*/
 	needsBackPressure := (opCode == _OP_FORGET || opCode == _OP_BATCH_FORGET)
 
-	if !gobbled {
-		r.putReadBuf(dest)
+	if gobbled {
+		req.bufferPoolInputPtr = destp
+	} else {
+		r.putReadBuf(destp)
 	}
 	r.reqReaders--
 	if !ms.singleReader && r.reqReaders <= 0 && !needsBackPressure {
@@ -173,8 +226,8 @@ func (r *fuseFD) returnRequest(req *requestAlloc) {
 	req.clear()
 
 	r.reqMu.Lock()
-	if p := req.bufferPoolInputBuf; p != nil {
-		req.bufferPoolInputBuf = nil
+	if p := req.bufferPoolInputPtr; p != nil {
+		req.bufferPoolInputBuf, req.bufferPoolInputPtr = nil, nil
 		r.putReadBuf(p)
 	}
 	r.putReq(req)
@@ -206,7 +259,9 @@ func (r *fuseFD) requestBytes() int {
 	return r.reqAllocBytes + r.readBufBytes
 }
 
-func (r *fuseFD) putReadBuf(buf []byte) {
+// putReadBuf returns a read buffer to readPool, which holds *[]byte: a
+// []byte converted to an interface allocates its slice header.
+func (r *fuseFD) putReadBuf(buf *[]byte) {
 	r.readPool.Put(buf)
 	r.inflightRequestBytes -= r.readBufBytes
 }

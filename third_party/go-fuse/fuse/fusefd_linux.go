@@ -8,11 +8,7 @@ const useSingleReader = false
 
 func (r *fuseFD) write(req *request) Status {
 	if req.outPayloadSize() == 0 {
-		err := handleEINTR(func() error {
-			_, err := r.writevFD([][]byte{req.outHeaderBuf, req.outDataBuf})
-			return err
-		})
-		return ToStatus(err)
+		return ToStatus(r.writevReq(req, req.outHeaderBuf, req.outDataBuf))
 	}
 
 	if req.readResult != nil {
@@ -38,6 +34,5 @@ func (r *fuseFD) write(req *request) Status {
 		req.serializeHeader(len(req.outPayload))
 	}
 
-	_, err := r.writevFD([][]byte{req.outHeaderBuf, req.outDataBuf, req.outPayload})
-	return ToStatus(err)
+	return ToStatus(r.writevReq(req, req.outHeaderBuf, req.outDataBuf, req.outPayload))
 }

@@ -54,6 +54,10 @@ type request struct {
 
 	// Start timestamp for timing info.
 	startTime time.Time
+
+	// call is the reusable read/writev of the FUSE fd (fdCall); it
+	// survives clear().
+	call *fdCall
 }
 
 // requestAlloc holds the request, plus I/O buffers, which are
@@ -64,6 +68,7 @@ type requestAlloc struct {
 	// Request storage. For large inputs and outputs, use data
 	// obtained through bufferpool.
 	bufferPoolInputBuf  []byte
+	bufferPoolInputPtr  *[]byte // the readPool entry of bufferPoolInputBuf
 	bufferPoolOutputBuf []byte
 
 	// For small pieces of data, we use the following inline arrays:

@@ -251,7 +251,7 @@ func NewServer(fs RawFileSystem, mountPoint string, opts *MountOptions) (*Server
 		// this by reading the requests using readv.
 		buf := make([]byte, readBufBytes)
 		buf = alignSlice(buf, unsafe.Sizeof(WriteIn{}), logicalBlockSize, uintptr(readBufSize))
-		return buf
+		return &buf // *[]byte: see fuseFD.putReadBuf
 	}
 	mountPoint = filepath.Clean(mountPoint)
 	if !filepath.IsAbs(mountPoint) {
