@@ -59,6 +59,7 @@ func dirtyOps(t *testing.T, e *env, prog []byte) {
 	}
 	next16 := func() int { return next()<<8 | next() }
 	chunk := []int{256, 4096, 8192}[next()%3]
+	maxSize := 40 * chunk // keeps a program's files, and its run, small
 	e.opts.InlineMax = 100
 	e.opts.ChunkSize = chunk
 	poisonShift := 16 // every class growMem and chunk buffers use here
@@ -142,6 +143,8 @@ func dirtyOps(t *testing.T, e *env, prog []byte) {
 			default:
 				n = 1 + next16()%(2*chunk)
 			}
+			n = min(n, maxSize)
+			off %= maxSize - n + 1
 			p := dirtyData(n, uint64(step), next()%6 == 0)
 			k, err := f.h.WriteAt(p, int64(off))
 			noErr(t, err)
@@ -162,6 +165,7 @@ func dirtyOps(t *testing.T, e *env, prog []byte) {
 			default:
 				size = len(f.model) + next16()%(3*chunk)
 			}
+			size %= maxSize + 1
 			_, err := w.SetAttr(f.ino, SetAttrIn{Size: ptr(uint64(size))})
 			noErr(t, err)
 			if size < len(f.model) {
@@ -261,8 +265,8 @@ func FuzzDirtyWrites(f *testing.F) {
 		f.Add(p)
 	}
 	f.Fuzz(func(t *testing.T, prog []byte) {
-		if len(prog) > 600 {
-			prog = prog[:600]
+		if len(prog) > 400 {
+			prog = prog[:400]
 		}
 		dirtyOps(t, memEnv(t), prog)
 	})
