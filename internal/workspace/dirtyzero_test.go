@@ -192,7 +192,7 @@ func dirtyOps(t *testing.T, e *env, prog []byte) {
 			}
 			f.h = H(t)(w.OpenFile(f.ino, syscall.O_RDWR|syscall.O_TRUNC))
 			f.model = f.model[:0]
-		case op == 14: // reopen the workspace
+		case op == 14: // reopen the workspace, maybe with another chunk size
 			for _, g := range files {
 				if g.h != nil {
 					noErr(t, g.h.Release())
@@ -200,6 +200,7 @@ func dirtyOps(t *testing.T, e *env, prog []byte) {
 				}
 			}
 			noErr(t, w.Close())
+			e.opts.ChunkSize = []int{256, 4096, 8192}[next()%3] // existing content keeps its chunks
 			poisonBufPools(poisonShift)
 			w = e.open()
 		default: // check every file
