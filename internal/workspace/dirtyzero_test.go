@@ -248,7 +248,7 @@ func dirtyProgs() [][]byte {
 		{2, 0, 0, 1, 0, 3, 9, 0, 0, 12, 1, 0, 2, 4, 0, 0, 2, 2, 0, 15},
 	}
 	r := rand.New(rand.NewPCG(11, 12))
-	for range 6 {
+	for range 4 {
 		p := make([]byte, 400)
 		for i := range p {
 			p[i] = byte(r.Uint32())
@@ -305,7 +305,7 @@ func dirtyWorker(w *Workspace, g int) error {
 	}
 	var h *Handle
 	var model []byte
-	for step := range 200 {
+	for step := range 150 {
 		poisonBufPools(16)
 		if h == nil {
 			if h, err = w.OpenFile(a.Ino, syscall.O_RDWR); err != nil {
