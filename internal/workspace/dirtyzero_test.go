@@ -68,14 +68,35 @@ func dirtyOps(t *testing.T, e *env, prog []byte) {
 	defer func() { w.Close() }()
 
 	type file struct {
-		ino   Ino
-		h     *Handle // nil: closed
-		model []byte
+		name   string
+		ino    Ino
+		h      *Handle // nil: closed
+		model  []byte
+		orphan bool // unlinked while open: gone at its last close
+	}
+	created := 0
+	create := func(f *file) {
+		*f = file{name: fmt.Sprintf("f%d", created)}
+		created++
+		f.ino = A(t)(w.Create(RootIno, f.name, 0o644, me)).Ino
+		f.h = H(t)(w.OpenFile(f.ino, syscall.O_RDWR))
 	}
 	var files [3]*file
 	for i := range files {
-		a := A(t)(w.Create(RootIno, fmt.Sprintf("f%d", i), 0o644, me))
-		files[i] = &file{ino: a.Ino, h: H(t)(w.OpenFile(a.Ino, syscall.O_RDWR))}
+		files[i] = &file{}
+		create(files[i])
+	}
+	// closeFile closes f; an orphan is replaced by a new file, closed.
+	closeFile := func(f *file) {
+		if f.h != nil {
+			noErr(t, f.h.Release())
+			f.h = nil
+		}
+		if f.orphan {
+			create(f)
+			noErr(t, f.h.Release())
+			f.h = nil
+		}
 	}
 	check := func(f *file, what string) {
 		t.Helper()
@@ -108,7 +129,7 @@ func dirtyOps(t *testing.T, e *env, prog []byte) {
 	}
 	for step := 0; len(prog) > 0; step++ {
 		f := files[next()%len(files)]
-		op := next() % 16
+		op := next() % 17
 		what := fmt.Sprintf("step %d (op %d, chunk %d)", step, op, chunk)
 		poisonBufPools(poisonShift)
 		switch {
@@ -182,39 +203,34 @@ func dirtyOps(t *testing.T, e *env, prog []byte) {
 				noErr(t, f.h.Fsync(false))
 			}
 		case op == 12: // last close: dirty buffers go back to the pools
-			if f.h != nil {
-				noErr(t, f.h.Release())
-				f.h = nil
-			}
+			closeFile(f)
 		case op == 13: // O_TRUNC open
-			if f.h != nil {
-				noErr(t, f.h.Release())
-			}
+			closeFile(f)
 			f.h = H(t)(w.OpenFile(f.ino, syscall.O_RDWR|syscall.O_TRUNC))
 			f.model = f.model[:0]
 		case op == 14: // reopen the workspace, maybe with another chunk size
 			for _, g := range files {
-				if g.h != nil {
-					noErr(t, g.h.Release())
-					g.h = nil
-				}
+				closeFile(g)
 			}
 			noErr(t, w.Close())
 			e.opts.ChunkSize = []int{256, 4096, 8192}[next()%3] // existing content keeps its chunks
 			poisonBufPools(poisonShift)
 			w = e.open()
-		default: // check every file
+		case op == 15: // check every file
 			for i, g := range files {
 				check(g, fmt.Sprintf("%s file %d", what, i))
+			}
+		default: // unlink while open: an orphan keeps its dirty content (never published)
+			if !f.orphan {
+				reopen(f)
+				noErr(t, w.Unlink(RootIno, f.name))
+				f.orphan = true
 			}
 		}
 		check(f, what)
 	}
 	for _, f := range files {
-		if f.h != nil {
-			noErr(t, f.h.Release())
-			f.h = nil
-		}
+		closeFile(f)
 	}
 	noErr(t, w.Close())
 	poisonBufPools(poisonShift)
@@ -246,6 +262,10 @@ func dirtyProgs() [][]byte {
 		{0, 0, 0, 2, 3, 0, 0, 0, 0, 0, 0, 3, 5, 3, 1, 0, 0},
 		// Many whole chunks, a release (buffers recycled), another file written.
 		{2, 0, 0, 1, 0, 3, 9, 0, 0, 12, 1, 0, 2, 4, 0, 0, 2, 2, 0, 15},
+		// An orphan (unlinked while open, never published) truncated
+		// mid-chunk and extended again: chunked, then small.
+		{0, 0, 0, 4, 3, 2, 1, 0, 16, 0, 8, 0, 1, 44, 0, 8, 2, 1, 0, 0, 15,
+			1, 0, 4, 4, 0, 199, 1, 1, 16, 1, 8, 0, 0, 50, 1, 8, 2, 0, 100, 1, 15},
 	}
 	r := rand.New(rand.NewPCG(11, 12))
 	for range 4 {
