@@ -2,16 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"wsfs/internal/host"
 	"wsfs/internal/remote"
 	"wsfs/internal/remote/s3test"
 	"wsfs/internal/ship"
+	"wsfs/internal/testenv"
 )
 
 // writeRemoteConfig writes the host config of a host made by init (the
@@ -50,6 +55,50 @@ func TestPullFailedReleasesLease(t *testing.T) {
 	}
 	st := srv.Store(t, "")
 	if _, err := ship.AcquireLease(ctx, st, "nothere", "another-host", 0, false, time.Now()); err != nil {
+		t.Fatalf("another host takes the lease after the failed pull, without --steal: %v", err)
+	}
+}
+
+// TestPullDiskFull: a pull that runs out of space on this host fails
+// (exit 1) with an error naming the workspace and the remote as well as
+// the file it hit, leaves no workspace behind and releases the lease.
+// HOME is a 1 MiB tmpfs; the workspace holds 4 MiB of content.
+func TestPullDiskFull(t *testing.T) {
+	testenv.RequireRoot(t) // mounts a tmpfs
+	srv := s3test.Start(t)
+	src := newHost(t)
+	writeRemoteConfig(t, src, srv.Config(""))
+	h, err := host.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 4<<20)
+	rand.Read(big) // incompressible, never deduplicated
+	fsckWrite(t, h, map[string][]byte{"big": big})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if code, out, errOut := runCLI(ctx, "push", "--home", src, "ws"); code != exitOK {
+		t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
+	}
+
+	small := t.TempDir()
+	if err := unix.Mount("tmpfs", small, "tmpfs", 0, "size=1m,mode=0700"); err != nil {
+		t.Fatalf("mount a 1 MiB tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(small, unix.MNT_DETACH) })
+	home := filepath.Join(small, "home")
+	if code, out := wsfsRun(ctx, "init", "--home", home); code != 0 {
+		t.Fatalf("init: %d %s", code, out)
+	}
+	writeRemoteConfig(t, home, srv.Config(""))
+	code, out, errOut := runCLI(ctx, "pull", "--home", home, "--fetch-all", "ws")
+	if code != exitFailure || !strings.Contains(errOut, "pull ws") || !strings.Contains(errOut, "no space left on device") {
+		t.Fatalf("pull onto a full disk: exit %d\n%s%s\nwant exit 1 naming the workspace and ENOSPC", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(home, "state", "workspaces", "ws")); err == nil {
+		t.Fatal("the failed pull left a workspace")
+	}
+	if _, err := ship.AcquireLease(ctx, srv.Store(t, ""), "ws", "another-host", 0, false, time.Now()); err != nil {
 		t.Fatalf("another host takes the lease after the failed pull, without --steal: %v", err)
 	}
 }
