@@ -88,6 +88,9 @@ func remoteNameFree(ctx context.Context, h *host.Host, name string) error {
 	}
 	var le *ship.LeaseError
 	if err := ship.CheckLease(ctx, st, name, id, time.Now()); errors.As(err, &le) {
+		if le.Lease.Removing {
+			return preconditionError{fmt.Errorf("the name %s is not free in %s yet: %w", name, st, err)}
+		}
 		return preconditionError{fmt.Errorf("a workspace named %s exists in %s: %w; choose another name", name, st, err)}
 	} else if err != nil {
 		return err

@@ -102,3 +102,30 @@ func TestPullDiskFull(t *testing.T) {
 		t.Fatalf("another host takes the lease after the failed pull, without --steal: %v", err)
 	}
 }
+
+// TestCreateNameBeingRemoved: while another host's 'wsfs rm --remote' of
+// a name holds its lease (or left it, stopped part-way), create refuses
+// the name (exit 3) saying that a removal is under way or unfinished and
+// how to finish it, not that a host serves the workspace.
+func TestCreateNameBeingRemoved(t *testing.T) {
+	srv := s3test.Start(t)
+	home := filepath.Join(t.TempDir(), "home")
+	if code, out := wsfsRun(context.Background(), "init", "--home", home); code != 0 {
+		t.Fatalf("init: %d %s", code, out)
+	}
+	writeRemoteConfig(t, home, srv.Config(""))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	now := time.Now().UTC()
+	b, err := json.Marshal(ship.Lease{Holder: "another-host", Hostname: "elsewhere", Acquired: now, Renewed: now, Expires: now.Add(-time.Minute), Removing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Store(t, "").Put(ctx, ship.LeaseKey("gone"), b); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(ctx, "create", "--home", home, "gone")
+	if code != exitPrecondition || !strings.Contains(errOut, "not free") || !strings.Contains(errOut, "stopped part-way") || !strings.Contains(errOut, "wsfs rm --remote gone") {
+		t.Fatalf("create of a name whose removal stopped part-way: exit %d\n%s%s\nwant exit 3 explaining the removal", code, out, errOut)
+	}
+}
