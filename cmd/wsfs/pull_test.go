@@ -32,6 +32,16 @@ func writeRemoteConfig(t *testing.T, home string, cfg remote.Config) {
 	}
 }
 
+// initRemoteHost makes a host at home (wsfs init) whose config has remote
+// section cfg, with no workspace.
+func initRemoteHost(t *testing.T, home string, cfg remote.Config) {
+	t.Helper()
+	if code, out := wsfsRun(context.Background(), "init", "--home", home); code != 0 {
+		t.Fatalf("init: %d %s", code, out)
+	}
+	writeRemoteConfig(t, home, cfg)
+}
+
 // TestPullFailedReleasesLease: a pull that fails takes nothing over. The
 // lease it took is released, so that the host that creates or serves a
 // workspace of that name ships it without --steal; a pull of a name the
@@ -40,10 +50,7 @@ func writeRemoteConfig(t *testing.T, home string, cfg remote.Config) {
 func TestPullFailedReleasesLease(t *testing.T) {
 	srv := s3test.Start(t)
 	home := filepath.Join(t.TempDir(), "home")
-	if code, out := wsfsRun(context.Background(), "init", "--home", home); code != 0 {
-		t.Fatalf("init: %d %s", code, out)
-	}
-	writeRemoteConfig(t, home, srv.Config(""))
+	initRemoteHost(t, home, srv.Config(""))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	code, out, errOut := runCLI(ctx, "pull", "--home", home, "nothere")
@@ -87,10 +94,7 @@ func TestPullDiskFull(t *testing.T) {
 	}
 	t.Cleanup(func() { unix.Unmount(small, unix.MNT_DETACH) })
 	home := filepath.Join(small, "home")
-	if code, out := wsfsRun(ctx, "init", "--home", home); code != 0 {
-		t.Fatalf("init: %d %s", code, out)
-	}
-	writeRemoteConfig(t, home, srv.Config(""))
+	initRemoteHost(t, home, srv.Config(""))
 	code, out, errOut := runCLI(ctx, "pull", "--home", home, "--fetch-all", "ws")
 	if code != exitFailure || !strings.Contains(errOut, "pull ws") || !strings.Contains(errOut, "no space left on device") {
 		t.Fatalf("pull onto a full disk: exit %d\n%s%s\nwant exit 1 naming the workspace and ENOSPC", code, out, errOut)
@@ -110,10 +114,7 @@ func TestPullDiskFull(t *testing.T) {
 func TestCreateNameBeingRemoved(t *testing.T) {
 	srv := s3test.Start(t)
 	home := filepath.Join(t.TempDir(), "home")
-	if code, out := wsfsRun(context.Background(), "init", "--home", home); code != 0 {
-		t.Fatalf("init: %d %s", code, out)
-	}
-	writeRemoteConfig(t, home, srv.Config(""))
+	initRemoteHost(t, home, srv.Config(""))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	now := time.Now().UTC()
