@@ -33,11 +33,19 @@ var ErrChanged = errors.New("seglog: the log changed while it was read")
 // were deleted: read the newest checkpoint again), a listed segment
 // vanished, a sealed segment does not chain or verify, or damage in the
 // last segment is followed by a valid later commit marker. A *CorruptError
-// reports a commit marker that contradicts its group (no race produces
-// that). A missing dir is an empty log.
+// reports what no race produces: a commit marker that contradicts its
+// group; a last segment whose header is bad although bytes follow it, or
+// although it is the log's only segment and groups after a checkpoint
+// (after > 0) are needed; an existing log directory with no segment while
+// after > 0. (A segment being created holds only its header, which is
+// synced before any group goes in, and a log's previous segment is
+// deleted only once the next one's header is synced; a log never loses
+// its last segment, and `wsfs rm` renames the whole workspace directory
+// away.) A missing dir is an empty log.
 func ReadCommitted(fsys vfs.FS, dir string, after uint64, fn func(group uint64, records [][]byte) error) (uint64, error) {
 	names, err := fsys.List(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	missing := errors.Is(err, fs.ErrNotExist)
+	if missing {
 		names = nil
 	} else if err != nil {
 		return after, fmt.Errorf("seglog: list log directory: %w", err)
@@ -52,6 +60,11 @@ func ReadCommitted(fsys vfs.FS, dir string, after uint64, fn func(group uint64, 
 		return fmt.Errorf("%w: %s: %s", ErrChanged, dir, fmt.Sprintf(format, args...))
 	}
 	if len(seqs) == 0 {
+		if after > 0 && !missing {
+			return after, &CorruptError{Segment: filepath.Join(dir, segName(1)), Offset: 0,
+				Reason: fmt.Sprintf("the log holds no segment, yet the checkpoint of group %d needs the groups after it "+
+					"(segments were removed or moved aside: put them back)", after)}
+		}
 		if after > 0 {
 			return after, changed("no segment, but groups after %d are needed", after)
 		}
@@ -78,7 +91,19 @@ func ReadCommitted(fsys vfs.FS, dir string, after uint64, fn func(group uint64, 
 		if status != headerOK {
 			if isLast && status != headerUnsupported {
 				// Being created: its header is written and synced before
-				// any group goes into it, so it holds none yet.
+				// any group goes into it, so it holds none yet, and it
+				// follows the segment before it, which is deleted only
+				// after that sync. Anything else is damage that hides
+				// groups: a reader that skipped them would drop their
+				// references (gc would remove their objects).
+				switch {
+				case len(buf) > segHeaderLen:
+					return after, &CorruptError{Segment: path, Offset: 0,
+						Reason: reason + "; yet bytes follow the header (a segment being created holds none): its groups cannot be read"}
+				case i == 0 && after > 0:
+					return after, &CorruptError{Segment: path, Offset: 0,
+						Reason: fmt.Sprintf("%s; it is the log's only segment, yet the checkpoint of group %d needs the groups after it", reason, after)}
+				}
 				break
 			}
 			return after, changed("%s: %s", path, reason)
