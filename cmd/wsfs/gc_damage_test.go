@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,12 +15,15 @@ import (
 )
 
 // TestDamagedLogKeepsItsObjects: a workspace whose log has lost groups
-// that its checkpoint needs (a segment's header damaged) is refused by gc
-// with exit 4 naming the log, and gc removes nothing: the objects only
-// those groups reference stay in the pool, so a repair (restoring the
-// segment from a backup) loses nothing more. Before, gc took a damaged
-// header of the last segment for a segment being created, read no group
-// of it and removed their objects.
+// that its checkpoint needs (a segment's header damaged, a segment
+// emptied, the segments removed) is refused by gc with exit 4 naming the
+// log, and gc removes nothing: the objects only those groups reference
+// stay in the pool, so a repair (putting the segments back, restoring them
+// from a backup) loses nothing more. An offline command refused on such a
+// log (diff, restore) writes nothing into it either: before, it created a
+// fresh segment 1 in the emptied log directory, named that segment as the
+// damage, and gc then read the log as complete and removed the objects of
+// the missing groups.
 func TestDamagedLogKeepsItsObjects(t *testing.T) {
 	ctx := context.Background()
 	big1 := bytes.Repeat([]byte("pooled one "), 8000)
@@ -32,6 +36,19 @@ func TestDamagedLogKeepsItsObjects(t *testing.T) {
 		}
 		return segs
 	}
+	// logState is the log directory's segments with their sizes.
+	logState := func(t *testing.T, h *host.Host) string {
+		t.Helper()
+		var b strings.Builder
+		for _, s := range segments(t, h) {
+			fi, err := os.Stat(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "%s %d\n", filepath.Base(s), fi.Size())
+		}
+		return b.String()
+	}
 	for _, tc := range []struct {
 		name   string
 		damage func(t *testing.T, seg string)
@@ -43,6 +60,16 @@ func TestDamagedLogKeepsItsObjects(t *testing.T) {
 			}
 			b[3] ^= 0x20
 			if err := os.WriteFile(seg, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"segment emptied", func(t *testing.T, seg string) {
+			if err := os.Truncate(seg, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"segments removed", func(t *testing.T, seg string) {
+			if err := os.Remove(seg); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -74,11 +101,15 @@ func TestDamagedLogKeepsItsObjects(t *testing.T) {
 			}
 
 			tc.damage(t, segs[0])
+			damaged := logState(t, h)
 			for _, args := range [][]string{{"diff", "ws@1"}, {"restore", "ws@1"}} {
 				code, out, errs := runCLI(ctx, append(args, "--home", home)...)
 				if code != exitCorrupt || !strings.Contains(errs, "wsfs fsck --repair ws") {
 					t.Errorf("%v on the damaged log: exit %d, want %d naming the repair\n%s%s", args, code, exitCorrupt, out, errs)
 				}
+			}
+			if got := logState(t, h); got != damaged {
+				t.Errorf("the refused commands wrote into the damaged log: segments\n%swant\n%s", got, damaged)
 			}
 			code, out, errs := runCLI(ctx, "gc", "--home", home, "--grace", "1h")
 			if code != exitCorrupt || !strings.Contains(errs, filepath.Join(h.WorkspaceDir("ws"), "log")) {

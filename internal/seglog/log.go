@@ -33,6 +33,15 @@ type Options struct {
 	// before anything else, so that no group is acknowledged before the
 	// base is durable, and fails the log for good with its error.
 	Base *BaseSync
+	// Checkpoint is the group of the checkpoint the caller recovers from
+	// (0: none). A log that holds no group can continue only a
+	// checkpoint of group 0: with Checkpoint > 0, a log directory with no
+	// segment (segments removed or moved aside) or whose segment 1 has a
+	// torn header (segment 1 held group 1, synced long before) is refused
+	// with a *CorruptError before Open writes anything, instead of being
+	// given a fresh segment 1 that a lock-free reader (gc) would take for
+	// a complete log.
+	Checkpoint uint64
 }
 
 // segInfo describes one segment file of the log.
@@ -108,6 +117,11 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	if len(seqs) == 0 {
+		if opts.Checkpoint > 0 {
+			return nil, &CorruptError{Segment: filepath.Join(dir, segName(1)), Offset: 0,
+				Reason: fmt.Sprintf("the log holds no segment, yet the checkpoint of group %d needs the groups after it "+
+					"(segments were removed or moved aside: put them back)", opts.Checkpoint)}
+		}
 		if err := l.createSegment(1, 1); err != nil {
 			return nil, err
 		}
@@ -328,6 +342,9 @@ func (l *Log) checkHeader(sc *segCheck, buf []byte, seq uint64, prev *segInfo, l
 	case headerIncomplete, headerInvalid:
 		if !last {
 			return h, false, sc.corrupt(0, "%s", reason)
+		}
+		if seq == 1 && prev == nil && l.opts.Checkpoint > 0 {
+			return h, false, sc.corrupt(0, "%s; segment 1 held group 1, which the checkpoint of group %d follows", reason, l.opts.Checkpoint)
 		}
 		if off, g := laterCommit(buf, 1, want-1); off >= 0 || want == 0 {
 			if off >= 0 {

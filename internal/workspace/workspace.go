@@ -491,7 +491,7 @@ func (w *Workspace) recover() (fresh bool, err error) {
 		w.tree = namespace.New(0o755, uid, gid, 0)
 		w.shadow = namespace.New(0o755, uid, gid, 0)
 	}
-	w.log, err = seglog.Open(w.fs, filepath.Join(dir, "log"), seglog.Options{SegmentSize: w.opts.SegmentSize, Logger: w.lg, Base: w.base})
+	w.log, err = seglog.Open(w.fs, filepath.Join(dir, "log"), seglog.Options{SegmentSize: w.opts.SegmentSize, Logger: w.lg, Base: w.base, Checkpoint: ckGroup})
 	if err != nil {
 		return false, fmt.Errorf("workspace %s: open log: %w", dir, err)
 	}
