@@ -6,6 +6,7 @@ import (
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
 	"wsfs/internal/layout"
+	"wsfs/internal/pool"
 	"wsfs/internal/ship"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
@@ -73,6 +74,7 @@ var sentinelCodes = []struct {
 	// it (snapshot ls, fork, diff, restore, gc), not only to some.
 	{snapshot.ErrBadEntry, exitCorrupt},
 	{ship.ErrBadFetchState, exitCorrupt}, // fsck, mount of a lazily pulled workspace
+	{pool.ErrFormatDamaged, exitCorrupt}, // every command that opens the pool
 }
 
 func exitCodeOf(err error) int {

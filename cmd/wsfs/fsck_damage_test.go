@@ -213,3 +213,34 @@ func TestFsckDamagedFetchState(t *testing.T) {
 		t.Fatalf("fsck with a damaged %s: exit %d\n%s%s\nwant exit %d naming it", ship.FetchStateName, code, out, errOut, exitCorrupt)
 	}
 }
+
+// TestDamagedPoolFormat: a flipped byte in POOL/format is corrupt data
+// (exit 4) to every command that opens the pool, and the message names the
+// file and says to write the layout name back: before, it was exit 1 with
+// the advice to remove the pool, which would lose every workspace's
+// contents and every snapshot on the host.
+func TestDamagedPoolFormat(t *testing.T) {
+	ctx := context.Background()
+	home := newHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsckWrite(t, h, map[string][]byte{"big": bytes.Repeat([]byte("pooled "), 20000)})
+	format := filepath.Join(h.PoolDir(), "format")
+	b, err := os.ReadFile(format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[6] ^= 0x01
+	if err := os.WriteFile(format, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"fsck", "ws"}, {"gc"}, {"snapshot", "create", "ws"}} {
+		code, out, errs := runCLI(ctx, append(args, "--home", home)...)
+		if code != exitCorrupt || !strings.Contains(errs, format) || strings.Contains(errs, "let wsfs create a new one") {
+			t.Errorf("%v with a damaged pool format file: exit %d, want %d naming %s without advice to remove the pool\n%s%s",
+				args, code, exitCorrupt, format, out, errs)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"path/filepath"
 	"slices"
@@ -64,7 +65,10 @@ func TestFormatSurvivesCrash(t *testing.T) {
 
 // TestOpenRefusesOtherLayouts: a pool of another layout version, or of the
 // first layout (objects/<2 hex digits>/ and no format file), is refused
-// with an error saying what to do, and left untouched.
+// with an error saying what to do, and left untouched. A format file that
+// names no layout at all (emptied, a flipped byte) is damage
+// (ErrFormatDamaged), and the error says how to write it back, never to
+// remove the pool.
 func TestOpenRefusesOtherLayouts(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -74,9 +78,12 @@ func TestOpenRefusesOtherLayouts(t *testing.T) {
 		{"newer version", func(t *testing.T, fsys vfs.FS, dir string) {
 			writeFile(t, fsys, filepath.Join(dir, formatName), "wsfs-pool-layout 3\n")
 		}, `says "wsfs-pool-layout 3"`},
-		{"garbage format file", func(t *testing.T, fsys vfs.FS, dir string) {
+		{"empty format file", func(t *testing.T, fsys vfs.FS, dir string) {
 			writeFile(t, fsys, filepath.Join(dir, formatName), "")
-		}, `says ""`},
+		}, `holds "" instead of a layout name`},
+		{"flipped byte in the format file", func(t *testing.T, fsys vfs.FS, dir string) {
+			writeFile(t, fsys, filepath.Join(dir, formatName), "wsfs-pool-lbyout 2\n")
+		}, `holds "wsfs-pool-lbyout 2" instead of a layout name`},
 		{"first layout", func(t *testing.T, fsys vfs.FS, dir string) {
 			if err := fsys.MkdirAll(filepath.Join(dir, "objects", "ab"), 0o755); err != nil {
 				t.Fatal(err)
@@ -94,6 +101,12 @@ func TestOpenRefusesOtherLayouts(t *testing.T) {
 				_, err := Open(fsys, dir, Options{})
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("Open = %v, want an error containing %q", err, tc.want)
+				}
+				// A damaged format file is damage, not another layout: the
+				// advice to remove the pool would lose every object.
+				if damaged := strings.Contains(tc.name, "format file"); errors.Is(err, ErrFormatDamaged) != damaged ||
+					(damaged && strings.Contains(err.Error(), "let wsfs create a new one")) {
+					t.Errorf("Open = %v; want ErrFormatDamaged %v, and no advice to remove a damaged pool", err, damaged)
 				}
 				if tc.name == "first layout" {
 					if _, err := fsys.Stat(filepath.Join(dir, formatName)); err == nil {

@@ -169,7 +169,9 @@ func EffectiveMinGrace() time.Duration {
 // refuses a pool whose format file names another layout, or that has none
 // but holds objects/<2 hex digits>/ directories (the first layout, which
 // had no format file): such a pool must be recreated, since there is no
-// migration.
+// migration. A format file that names no layout is damage
+// (ErrFormatDamaged), not another version: the error says to write the
+// name back.
 func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	p := &Pool{
 		fs:      fsys,
@@ -227,6 +229,17 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Pool, error) {
 	return p, nil
 }
 
+// ErrFormatDamaged is wrapped by the error of Open when POOL/format names
+// no layout at all (emptied, a flipped byte): damage to one small file,
+// not a pool of another version, so the error says how to write the name
+// back and never to remove the pool (which holds every workspace's
+// contents and every snapshot's manifests).
+var ErrFormatDamaged = errors.New("pool format file damaged")
+
+// formatPrefix starts every layout name a format file may hold
+// ("wsfs-pool-layout N").
+const formatPrefix = "wsfs-pool-layout "
+
 // checkFormat reads dir/format and refuses another layout; it writes the
 // file when it is missing and objects/ (whose entries are names) holds no
 // directory of the first, 2-digit layout. Two processes creating a pool at
@@ -242,6 +255,14 @@ func (p *Pool) checkFormat(names []string) error {
 			return fmt.Errorf("pool: open %s: read %s: %w", p.dir, path, rerr)
 		}
 		if string(b) != formatContent {
+			got := strings.TrimSpace(string(b))
+			if v, ok := strings.CutPrefix(got, formatPrefix); !ok || !isDecimal(v) {
+				return fmt.Errorf("pool: open %s: %w: %s holds %q instead of a layout name (%q). "+
+					"Do not remove the pool: it holds every workspace's contents. "+
+					"If objects/ holds only one-hex-digit directories (this layout), write the name back "+
+					"(printf '%s' > %s); otherwise restore the file from a backup",
+					p.dir, ErrFormatDamaged, path, got, strings.TrimSpace(formatContent), strings.TrimSuffix(formatContent, "\n")+"\\n", path)
+			}
 			return fmt.Errorf("pool: open %s: %s says %q, this wsfs reads only %q; "+
 				"the pool was made by another wsfs version: use that version, or remove the pool and let wsfs create a new one",
 				p.dir, path, strings.TrimSpace(string(b)), strings.TrimSpace(formatContent))
@@ -815,4 +836,17 @@ func (p *Pool) setCorrupt(id ID) {
 		clear(p.mu.corrupt)
 	}
 	p.mu.corrupt[id] = struct{}{}
+}
+
+// isDecimal reports whether s is a non-empty string of decimal digits.
+func isDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
