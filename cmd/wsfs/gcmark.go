@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"wsfs/internal/manifest"
@@ -85,7 +86,8 @@ func markAll(fsys vfs.FS, p *pool.Pool, first []gcWorkspace, relist func() ([]gc
 // markRetries bounds how often markDurable starts over after the log
 // changed under it (a checkpoint and segment deletion, a segment being
 // created); markRetryDelay is the first pause between tries, doubling.
-const (
+// (Variables so that tests can shorten the wait.)
+var (
 	markRetries    = 12
 	markRetryDelay = 5 * time.Millisecond
 )
@@ -105,9 +107,16 @@ const (
 // seglog.ReadCommitted hands out every group complete before it listed the
 // log. Later groups may be missed; their objects were put or protected
 // within a commit window and are kept by the grace period (see gc.go).
+//
+// A log that still does not read consistently after every retry, and whose
+// checkpoint and log directories did not change at all meanwhile (names,
+// sizes, modification times), is not being written: it is damaged, and the
+// error is corrupt data (exit 4), like the mount's refusal of the same log.
 func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) error {
 	delay := markRetryDelay
 	var last error
+	var before string // logState at the first failed read
+	start := time.Now()
 	for range markRetries {
 		err := markOnce(fsys, p, dir, add)
 		if err == nil {
@@ -116,12 +125,43 @@ func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) erro
 		if !errors.Is(err, seglog.ErrChanged) && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		if last == nil {
+			before = logState(fsys, dir)
+		}
 		last = err
 		time.Sleep(delay)
 		delay *= 2
 	}
+	if errors.Is(last, seglog.ErrChanged) && logState(fsys, dir) == before {
+		return corruptError{fmt.Errorf("workspace %s: its log is damaged: it did not change in %d reads over %s, and still does not read consistently: %w",
+			dir, markRetries, time.Since(start).Round(time.Millisecond), last)}
+	}
 	return fmt.Errorf("workspace %s: its log kept changing or stays inconsistent after %d reads (damaged? run `wsfs mount` on it to see what recovery says): %w",
 		dir, markRetries, last)
+}
+
+// logState describes what a writer of the workspace in dir changes: every
+// entry of its checkpoint and log directories with its size and
+// modification time.
+func logState(fsys vfs.FS, dir string) string {
+	var b strings.Builder
+	for _, sub := range []string{"checkpoint", "log"} {
+		d := filepath.Join(dir, sub)
+		names, err := fsys.List(d)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", sub, err)
+			continue
+		}
+		for _, n := range names {
+			fi, err := fsys.Stat(filepath.Join(d, n))
+			if err != nil {
+				fmt.Fprintf(&b, "%s/%s: %v\n", sub, n, err)
+				continue
+			}
+			fmt.Fprintf(&b, "%s/%s %d %d\n", sub, n, fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return b.String()
 }
 
 func markOnce(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) error {
