@@ -858,3 +858,64 @@ func TestOpenReadOnly(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenWritesNothingIntoALogBehindItsCheckpoint: with Options.Checkpoint
+// > 0, a log directory that holds no segment, or whose segment 1 was
+// emptied, is refused with a *CorruptError and left as it was: Open
+// neither creates a fresh segment 1 nor rewrites the emptied header (which
+// would make the log look complete to a lock-free reader such as gc).
+// Without a checkpoint the same directories are a new log, as before.
+func TestOpenWritesNothingIntoALogBehindItsCheckpoint(t *testing.T) {
+	for _, fc := range fsCases {
+		for _, emptied := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/emptied=%v", fc.name, emptied), func(t *testing.T) {
+				fsys, dir := fc.new(t)
+				l := mustOpen(t, fsys, dir, Options{})
+				if _, err := l.Append(genGroups(3, 1, 2, 50)[0]); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+				seg := filepath.Join(dir, segName(1))
+				if emptied {
+					f, err := fsys.OpenReadWrite(seg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					err = f.Truncate(0)
+					f.Close()
+					if err != nil {
+						t.Fatal(err)
+					}
+				} else if err := fsys.Remove(seg); err != nil {
+					t.Fatal(err)
+				}
+				state := func() string {
+					names, _ := fsys.List(dir)
+					out := fmt.Sprint(names)
+					if fi, err := fsys.Stat(seg); err == nil {
+						out += fmt.Sprintf(" %d bytes", fi.Size())
+					}
+					return out
+				}
+				before := state()
+				_, err := Open(fsys, dir, Options{Checkpoint: 1})
+				var ce *CorruptError
+				if !errors.As(err, &ce) || ce.Segment != seg {
+					t.Fatalf("Open = %v, want a *CorruptError naming %s", err, seg)
+				}
+				if got := state(); got != before {
+					t.Fatalf("Open of a refused log wrote into it: %s, was %s", got, before)
+				}
+				l = mustOpen(t, fsys, dir, Options{}) // no checkpoint: a new log
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}

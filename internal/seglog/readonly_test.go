@@ -26,17 +26,21 @@ func readAll(fsys vfs.FS, dir string, after uint64) (map[uint64][][]byte, uint64
 }
 
 // TestReadCommitted: the read-only reader hands out exactly the complete
-// groups after "after", skips a torn tail, reports a log that no longer
-// covers "after" (segments deleted) and damage before a later commit as
-// ErrChanged, and reads a missing directory as an empty log.
+// groups after "after", skips a torn tail and a segment being created,
+// reports a log that no longer covers "after" (segments deleted) and
+// damage before a later commit as ErrChanged, reports what no writer
+// leaves (a bad header with groups behind it, an only segment emptied or
+// every segment gone while a checkpoint needs later groups) as a
+// *CorruptError, and reads a missing directory as an empty log.
 func TestReadCommitted(t *testing.T) {
 	tests := []struct {
-		name       string
-		after      uint64
-		damage     func(t *testing.T, fsys vfs.FS, dir string, l *Log)
-		wantFirst  uint64 // first group handed out (0: none)
-		wantLast   uint64
-		wantChange bool
+		name        string
+		after       uint64
+		damage      func(t *testing.T, fsys vfs.FS, dir string, l *Log)
+		wantFirst   uint64 // first group handed out (0: none)
+		wantLast    uint64
+		wantChange  bool
+		wantCorrupt bool // a *CorruptError: damage no writer leaves, even for a moment
 	}{
 		{name: "whole log", after: 0, wantFirst: 1, wantLast: 40},
 		{name: "after a checkpoint", after: 25, wantFirst: 26, wantLast: 40},
@@ -63,6 +67,51 @@ func TestReadCommitted(t *testing.T) {
 				b[segHeaderLen+frameHeaderLen] ^= 0xff // first frame's payload
 				writeSeg(t, fsys, seg, b)
 			}},
+		{name: "next segment being created", after: 0, wantFirst: 1, wantLast: 40,
+			damage: func(t *testing.T, fsys vfs.FS, dir string, l *Log) {
+				seq, _ := parseSegName(filepath.Base(lastSegment(t, fsys, dir)))
+				f, err := fsys.Create(filepath.Join(dir, segName(seq+1)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if _, err := f.Write(segHeader{seq: seq + 1, firstGroup: 41}.encode()[:20]); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "last segment's header damaged, groups behind it", after: 0, wantCorrupt: true,
+			damage: func(t *testing.T, fsys vfs.FS, dir string, l *Log) {
+				seg := lastSegment(t, fsys, dir)
+				b := readSeg(t, fsys, seg)
+				b[3] ^= 0xff
+				writeSeg(t, fsys, seg, b)
+			}},
+		{name: "only segment emptied after a checkpoint", after: 40, wantCorrupt: true,
+			damage: func(t *testing.T, fsys vfs.FS, dir string, l *Log) {
+				if err := l.DeleteThrough(40); err != nil {
+					t.Fatal(err)
+				}
+				f, err := fsys.OpenReadWrite(lastSegment(t, fsys, dir))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if err := f.Truncate(0); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "every segment removed after a checkpoint", after: 40, wantCorrupt: true,
+			damage: func(t *testing.T, fsys vfs.FS, dir string, l *Log) {
+				names, err := fsys.List(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, n := range names {
+					if err := fsys.Remove(filepath.Join(dir, n)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}},
 	}
 	for _, fc := range fsCases {
 		for _, tt := range tests {
@@ -82,6 +131,12 @@ func TestReadCommitted(t *testing.T) {
 					tt.damage(t, fsys, dir, l)
 				}
 				got, last, err := readAll(fsys, dir, tt.after)
+				var ce *CorruptError
+				if tt.wantCorrupt != errors.As(err, &ce) {
+					t.Fatalf("err = %v, want a *CorruptError: %v", err, tt.wantCorrupt)
+				} else if tt.wantCorrupt {
+					return
+				}
 				if tt.wantChange {
 					if !errors.Is(err, ErrChanged) {
 						t.Fatalf("err = %v, want ErrChanged", err)
