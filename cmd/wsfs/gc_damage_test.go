@@ -12,6 +12,8 @@ import (
 
 	"wsfs/internal/host"
 	"wsfs/internal/objid"
+	"wsfs/internal/snapshot"
+	"wsfs/internal/vfs"
 )
 
 // TestDamagedLogKeepsItsObjects: a workspace whose log has lost groups
@@ -132,6 +134,68 @@ func TestDamagedLogKeepsItsObjects(t *testing.T) {
 			}
 			if _, err := os.Stat(kept); err != nil {
 				t.Errorf("gc removed the object of a group the damaged log lost: %v", err)
+			}
+		})
+	}
+}
+
+// TestMissingManifestIsCorrupt: a manifest object that is missing from the
+// pool is corrupt data (exit 4) to every command that needs it, as it is
+// to fsck: the root of the tree a restored workspace's checkpoint names
+// (diff, restore, fork, mount and gc open that workspace), and the root of
+// a snapshot only (gc marks every snapshot). Before, these exited 1, and
+// gc first reread the workspace for about 20 s as if its log were
+// changing.
+func TestMissingManifestIsCorrupt(t *testing.T) {
+	ctx := context.Background()
+	defer func(n int, d time.Duration) { markRetries, markRetryDelay = n, d }(markRetries, markRetryDelay)
+	markRetries, markRetryDelay = 3, time.Millisecond
+	for _, live := range []bool{true, false} {
+		t.Run(fmt.Sprintf("checkpoint=%v", live), func(t *testing.T) {
+			home := newHost(t)
+			h, err := host.Open(home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fsckWrite(t, h, map[string][]byte{"a": []byte("first"), "big": bytes.Repeat([]byte("pooled "), 20000)})
+			if code, out, errs := runCLI(ctx, "snapshot", "create", "--home", home, "ws"); code != exitOK {
+				t.Fatalf("snapshot: %d %s%s", code, out, errs)
+			}
+			fsckWrite(t, h, map[string][]byte{"b": []byte("second")})
+			// The checkpoint now names ws@1's tree; ws@2 (the undo) is
+			// a snapshot only.
+			if code, out, errs := runCLI(ctx, "restore", "--home", home, "ws@1"); code != exitOK {
+				t.Fatalf("restore: %d %s%s", code, out, errs)
+			}
+			id := 2
+			if live {
+				id = 1
+			}
+			in, err := snapshot.Get(vfs.Default, h.WorkspaceDir("ws"), uint64(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			root := objPath(t, h, in.Root)
+			if err := os.Remove(root); err != nil {
+				t.Fatal(err)
+			}
+			cmds := [][]string{{"gc"}, {"fsck", "ws"}}
+			if live {
+				cmds = append(cmds, []string{"diff", "ws@2"}, []string{"restore", "ws@2"}, []string{"fork", "ws@1", "ws2"})
+			}
+			for _, args := range cmds {
+				code, out, errs := runCLI(ctx, append(args, "--home", home)...)
+				if code != exitCorrupt || !strings.Contains(out+errs, in.Root.String()) {
+					t.Errorf("%v with the manifest root of ws@%d missing: exit %d, want %d naming %s\n%s%s",
+						args, id, code, exitCorrupt, in.Root, out, errs)
+				}
+			}
+			if live {
+				mp := filepath.Join(t.TempDir(), "mnt")
+				os.Mkdir(mp, 0o755)
+				if code, out := runProc(t, nil, "mount", "--home", home, "ws", mp); code != exitCorrupt {
+					t.Errorf("mount with the manifest root of its checkpoint missing: exit %d, want %d\n%s", code, exitCorrupt, out)
+				}
 			}
 		})
 	}

@@ -52,7 +52,13 @@ func markAll(fsys vfs.FS, p *pool.Pool, first []gcWorkspace, relist func() ([]gc
 	markSnapshots := func(ws []gcWorkspace) error {
 		for _, w := range ws {
 			if err := snapshot.ForEachObject(fsys, w.dir, p, add); err != nil {
-				return fmt.Errorf("workspace %s: snapshots: %w (gc stops before removing anything; `wsfs fsck %s` checks them)", w.name, err, w.name)
+				err = fmt.Errorf("workspace %s: snapshots: %w (gc stops before removing anything; `wsfs fsck %s` checks them)", w.name, err, w.name)
+				var co *pool.CorruptObjectError
+				var mo *pool.MissingObjectError
+				if errors.As(err, &co) || errors.As(err, &mo) {
+					return corruptError{err} // a manifest damaged or gone
+				}
+				return err
 			}
 			done[w.dir] = true
 		}
@@ -122,7 +128,10 @@ func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) erro
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, seglog.ErrChanged) && !errors.Is(err, fs.ErrNotExist) {
+		// A missing pool object (a manifest of the checkpoint's tree) is
+		// no change of the log: nothing but gc removes objects.
+		var mo *pool.MissingObjectError
+		if errors.As(err, &mo) || (!errors.Is(err, seglog.ErrChanged) && !errors.Is(err, fs.ErrNotExist)) {
 			return err
 		}
 		if last == nil {

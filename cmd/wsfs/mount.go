@@ -203,6 +203,7 @@ func (e *reworded) Unwrap() error { return e.err }
 func classifyOpenError(name string, err error) error {
 	var ce *seglog.CorruptError
 	var co *pool.CorruptObjectError
+	var mo *pool.MissingObjectError
 	var ue *seglog.UnsyncedBaseError
 	switch {
 	case errors.As(err, &ue):
@@ -210,8 +211,11 @@ func classifyOpenError(name string, err error) error {
 		// damage to repair, but a pull to redo (the message says so).
 		msg := strings.ReplaceAll(ue.Error(), "NAME", name)
 		return corruptError{&reworded{msg: "workspace " + name + ": " + msg, err: err}}
-	case errors.As(err, &co):
-		return corruptError{fmt.Errorf("workspace %s: %w", name, err)}
+	case errors.As(err, &co), errors.As(err, &mo):
+		// An object opening needs (a manifest of the tree a fork's or
+		// restore's checkpoint names) is damaged or gone: corrupt data,
+		// as fsck reports it.
+		return corruptError{fmt.Errorf("workspace %s: %w. Run `wsfs fsck %s` to see what is affected", name, err, name)}
 	case errors.Is(err, vfs.ErrLocked):
 		return preconditionError{err} // the engine's message names the lock and says what to do
 	case errors.As(err, &ce):
