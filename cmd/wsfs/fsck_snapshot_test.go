@@ -119,3 +119,42 @@ func TestDamagedSnapshotEntryExitCode(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotEntryReplacedByDirectory: a directory where a catalog entry
+// belongs (an operator's mistake, a restore from a bad backup) is a
+// damaged entry like any other: exit 4 naming it and its removal from
+// 'snapshot ls', fsck and gc, and 'wsfs snapshot rm' removes it, after
+// which the catalog reads again. Before, every command exited 1 with "is
+// a directory" and 'snapshot rm' refused too, leaving no way out but
+// editing the state directory by hand.
+func TestSnapshotEntryReplacedByDirectory(t *testing.T) {
+	home, _ := snapHost(t)
+	for range 2 {
+		if code, out, errs := snapRun("snapshot", "create", "ws", "--home", home); code != 0 {
+			t.Fatalf("snapshot create: %d %s %s", code, out, errs)
+		}
+	}
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(snapshot.Dir(h.WorkspaceDir("ws")), "00000000000000000001.snap")
+	if err := os.Remove(entry); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(entry, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"snapshot", "ls", "ws"}, {"fsck", "ws"}, {"gc", "--grace", "1h"}} {
+		code, out, errs := snapRun(append(args, "--home", home)...)
+		if code != exitCorrupt || !strings.Contains(out+errs, entry) || !strings.Contains(out+errs, "wsfs snapshot rm ws@1") {
+			t.Errorf("%q with a directory for ws@1's entry: exit %d\n%s%s\nwant exit %d naming the entry and its removal", args, code, out, errs, exitCorrupt)
+		}
+	}
+	if code, out, errs := snapRun("snapshot", "rm", "ws@1", "--home", home); code != exitOK {
+		t.Fatalf("snapshot rm of the directory entry: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := snapRun("snapshot", "ls", "ws", "--home", home); code != exitOK || !strings.Contains(out, "ws@2") {
+		t.Fatalf("snapshot ls after the removal: exit %d\n%s%s", code, out, errs)
+	}
+}

@@ -50,6 +50,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -298,10 +299,17 @@ func readEntry(fsys vfs.FS, wsDir string, id uint64) (Info, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return Info{}, fmt.Errorf("%w %d in %s", ErrNotFound, id, wsDir)
 	}
-	if err != nil {
+	if errors.Is(err, syscall.EISDIR) {
+		// Not an entry at all (a directory made by hand or by a bad
+		// restore): damaged like a torn one, and removed the same way.
+		err = fmt.Errorf("%w: a directory, not a catalog entry file", ErrBadEntry)
+	} else if err != nil {
 		return Info{}, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}
-	in, err := DecodeEntry(b)
+	var in Info
+	if err == nil {
+		in, err = DecodeEntry(b)
+	}
 	if err == nil && in.ID != id {
 		err = fmt.Errorf("%w: holds id %d", ErrBadEntry, in.ID)
 	}
