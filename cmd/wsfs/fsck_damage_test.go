@@ -17,6 +17,7 @@ import (
 	"wsfs/internal/ship"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
 )
 
 // TestFsckDamageThenMount is the fsck proof of the lifecycle issue: for
@@ -242,5 +243,68 @@ func TestDamagedPoolFormat(t *testing.T) {
 			t.Errorf("%v with a damaged pool format file: exit %d, want %d naming %s without advice to remove the pool\n%s%s",
 				args, code, exitCorrupt, format, out, errs)
 		}
+	}
+}
+
+// TestFsckDamagedCheckpointLogDoesNotReplay: the only checkpoint of a
+// restored workspace is damaged, and its log from the first group does not
+// rebuild the tree (the restore replaced the tree at that checkpoint, so
+// later records apply to the snapshot's tree, not to the log's). fsck must
+// not claim that recovery can replay the log without the checkpoint, and
+// --repair must leave the checkpoint where it is (a backup of it, or of
+// the one flipped byte, is the way back). Before, fsck offered the
+// removal as a repair, did it, and the workspace still did not mount.
+func TestFsckDamagedCheckpointLogDoesNotReplay(t *testing.T) {
+	ctx := context.Background()
+	home := newHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlink := func(name string) {
+		t.Helper()
+		p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ws.Unlink(workspace.RootIno, name); err != nil {
+			t.Fatal(err)
+		}
+		if err := ws.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsckWrite(t, h, map[string][]byte{"x": []byte("in the snapshot")})
+	if code, out, errs := runCLI(ctx, "snapshot", "create", "--home", home, "ws"); code != exitOK {
+		t.Fatalf("snapshot: %d %s%s", code, out, errs)
+	}
+	unlink("x")
+	if code, out, errs := runCLI(ctx, "restore", "--home", home, "ws@1"); code != exitOK {
+		t.Fatalf("restore: %d %s%s", code, out, errs)
+	}
+	unlink("x") // applies to the restored tree, not to the log's own
+	cks, err := filepath.Glob(filepath.Join(h.WorkspaceDir("ws"), "checkpoint", "*.ckpt"))
+	if err != nil || len(cks) != 1 {
+		t.Fatalf("checkpoints %v %v, want one", cks, err)
+	}
+	b, err := os.ReadFile(cks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-10] ^= 0x01
+	if err := os.WriteFile(cks[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(ctx, "fsck", "--home", home, "ws")
+	if code != exitCorrupt || !strings.Contains(out, cks[0]) || strings.Contains(out, "replay it all") || strings.Contains(out, "removes the damaged checkpoint") {
+		t.Errorf("fsck: exit %d, want %d naming the checkpoint without offering its removal\n%s%s", code, exitCorrupt, out, errs)
+	}
+	runCLI(ctx, "fsck", "--home", home, "--repair", "ws")
+	if got, err := os.ReadFile(cks[0]); err != nil || !bytes.Equal(got, b) {
+		t.Errorf("fsck --repair removed or changed the damaged checkpoint the log cannot replace: %v", err)
 	}
 }

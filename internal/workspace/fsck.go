@@ -240,6 +240,14 @@ func check(opts CheckOptions) (*Report, error) {
 	rep.log = l
 	rep.FirstGroup = l.FirstGroup()
 	var lost [][]byte // records of groups the damage drops
+	// The damaged checkpoints whose removal is offered as a repair because
+	// the log replays without them (indexes into rep.Problems): if the
+	// replay below fails, it does not, and the offer is withdrawn.
+	type removableCkpt struct {
+		i   int    // index into rep.Problems
+		err string // what is wrong with the checkpoint itself
+	}
+	var removable []removableCkpt
 	for _, c := range damagedCkpts {
 		p := Problem{Kind: ProblemCheckpoint, Where: c.Path, What: c.Err.Error(), path: c.Path}
 		switch {
@@ -254,6 +262,9 @@ func check(opts CheckOptions) (*Report, error) {
 		default:
 			p.What += fmt.Sprintf("; the log starts at group %d and no intact checkpoint covers the groups before it, so the state before group %d is gone", rep.FirstGroup, rep.FirstGroup)
 			p.Do = "restore the workspace's state directory from a backup; fsck cannot rebuild a lost checkpoint"
+		}
+		if p.Repairable {
+			removable = append(removable, removableCkpt{len(rep.Problems), c.Err.Error()})
 		}
 		add(p)
 	}
@@ -307,6 +318,18 @@ func check(opts CheckOptions) (*Report, error) {
 		var re *replayError
 		var ce *seglog.CorruptError
 		switch {
+		case errors.As(err, &re) && len(removable) > 0:
+			// Replayed without the damaged checkpoint(s), and the log
+			// does not rebuild what they held: a restore or fork
+			// replaced the tree at a checkpoint, so later records apply
+			// to that tree. Removing the checkpoint would repair nothing.
+			for _, r := range removable {
+				p := &rep.Problems[r.i]
+				p.What = r.err + fmt.Sprintf("; the log does not replay without it (group %d record %d does not apply: %v): "+
+					"the workspace was restored or forked at a later group, and only this checkpoint holds that tree", re.group, re.record, re.err)
+				p.Do = "put the checkpoint back from a backup (fsck --repair leaves it in place); a snapshot of the workspace that holds the state you need can also come back as a new workspace: wsfs fork NAME@ID NEW"
+				p.Repairable = false
+			}
 		case errors.As(err, &re):
 			add(Problem{Kind: ProblemReplay, Where: fmt.Sprintf("%s group %d record %d", logDir, re.group, re.record),
 				What: fmt.Sprintf("the record does not apply to the tree recovered so far: %v", re.err),
