@@ -27,7 +27,9 @@
 //	                                  group in this
 //	                                  segment
 //
-// The header is followed by frames, back to back, up to the end of the file:
+// The header is followed by frames, back to back, up to the end of the file
+// (in the last segment: up to its runway, zeros that the next groups will
+// overwrite; see runway.go):
 //
 //	+--------+--------+------+--------------------+
 //	| length | CRC    | type | payload            |
@@ -62,8 +64,10 @@
 // the last segment is a *CorruptError: that data was sealed, so a sync
 // returned for it, and wsfs will not guess what it said.
 //
-// In the last segment the first invalid or incomplete frame, or a complete
-// group missing its commit marker at the end of the file, starts the tail.
+// In the last segment, zeros after the last complete group (and nothing
+// else) are its runway: a clean end, kept as it is. Otherwise the first
+// invalid or incomplete frame, or a complete group missing its commit
+// marker at the end of the file, starts the tail.
 // The tail is torn, not corrupt, when it is what a crash during an unsynced
 // append leaves (a group is one write at the end of the file: the file can
 // end anywhere in it, and whole sectors of it can read back as zeros, but
@@ -99,7 +103,8 @@
 // # Durability
 //
 // Append writes but does not sync; Sync makes every appended group durable
-// (fdatasync). Creating a segment (at Open of an empty directory and at
+// (fdatasync). Appends overwrite the active segment's runway, zeros written
+// ahead, so that most fdatasyncs commit no size change (runway.go). Creating a segment (at Open of an empty directory and at
 // rollover) is synchronous: the previous segment is synced first, then the
 // new file's header and the directory entry. Therefore a sealed segment is
 // always complete on disk, and only the last segment can have a torn tail.

@@ -1,6 +1,7 @@
 package seglog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -253,7 +254,10 @@ const sectorSize = 512
 //     ends at a frame boundary); or
 //   - the first invalid frame runs past the end of the file (cut short),
 //     unless the bytes there are the expected commit marker with only its
-//     length field wrong; or
+//     length field wrong; or past the last nonzero byte of the file: cut
+//     short in the runway (runway.go), unless its type byte says commit
+//     marker and its bytes are not the start of the marker the group
+//     needs; or
 //   - the first invalid frame is complete but overlaps a sector that is
 //     zero from the frame (or the sector's start) to the sector's end or
 //     the end of the file (unwritten).
@@ -288,6 +292,14 @@ func classifyTail(buf []byte, res scanResult) (torn bool, reason string) {
 		return true, ""
 	}
 	extent := d + frameHeaderLen + int64(binary.LittleEndian.Uint32(rest[0:]))
+	if p := int64(nonZeroEnd(buf)); p < extent {
+		// The frame's last bytes and everything after them are zeros:
+		// an append into the runway that stopped part-way, or changed.
+		if cutShortInRunway(buf[d:p], want) {
+			return true, ""
+		}
+		return false, "a commit marker followed only by zeros differs from the one its group needs" + whose()
+	}
 	for s := d / sectorSize * sectorSize; s < extent; s += sectorSize {
 		lo, hi := max(s, d), min(s+sectorSize, end)
 		if isZero(buf[lo:hi]) {
@@ -296,6 +308,25 @@ func classifyTail(buf []byte, res scanResult) (torn bool, reason string) {
 	}
 	return false, fmt.Sprintf("a complete frame of %d bytes fails verification (%s), and none of it is zeroed as a crash leaves unwritten bytes; it was written and changed since%s",
 		extent-d, res.damageReason, whose())
+}
+
+// cutShortInRunway reports whether written, the start of a frame after
+// which the file holds only zeros, is what an append into the runway
+// leaves when it stops part-way: a frame header cut before its type byte,
+// a data frame (its group's commit marker, which is never zero, is then
+// not written either), or the start of the commit marker the group needs
+// (want). Written bytes of a commit marker that differ from want were
+// changed, not cut short.
+func cutShortInRunway(written, want []byte) bool {
+	switch {
+	case len(written) <= frameHeaderLen-1:
+		return true
+	case written[frameHeaderLen-1] == typeData:
+		return true
+	case written[frameHeaderLen-1] == typeCommit:
+		return bytes.HasPrefix(want, written)
+	}
+	return false
 }
 
 func isZero(b []byte) bool {
@@ -318,9 +349,13 @@ func isZero(b []byte) bool {
 // quadratic on garbage. Bytes inside the damaged frame itself cannot be
 // told apart from a real later marker; such a false alarm errs on the safe
 // side (a CorruptError, never a silent drop).
+//
+// Offsets in the trailing zeros (a runway) are not visited: a frame all
+// of whose bytes are zero never verifies (type 0 is never written).
 func laterCommit(buf []byte, from int64, after uint64) (int64, uint64) {
 	end := int64(len(buf))
-	for off := from; off+frameHeaderLen <= end; {
+	stop := int64(nonZeroEnd(buf))
+	for off := from; off+frameHeaderLen <= end && off < stop; {
 		b := buf[off:]
 		n := int64(binary.LittleEndian.Uint32(b[0:]))
 		typ := b[8]

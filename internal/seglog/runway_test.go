@@ -1,0 +1,163 @@
+package seglog
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"wsfs/internal/vfs"
+	"wsfs/internal/vfs/errorfs"
+)
+
+// fileSize returns the length of the file at path.
+func fileSize(t *testing.T, fsys vfs.FS, path string) int64 {
+	t.Helper()
+	st, err := fsys.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// TestRunway: the active segment is kept written with zeros past its last
+// group; every reader of the log takes them for the clean end they are:
+// Open (no repair), OpenReadOnly (no torn tail, no damage), ReadCommitted,
+// Tail (also for a group larger than its first read) and Replay. A
+// rollover cuts the runway off the segment it seals.
+func TestRunway(t *testing.T) {
+	fsys, dir := vfs.NewCrashableMem(), "/log"
+	groups := genGroups(31, 5, 3, 100)
+	big := [][]byte{bytes.Repeat([]byte{7}, 3*tailWindow+5)} // larger than Tail's first read
+	groups = append(groups, big)
+	seg1 := filepath.Join(dir, segName(1))
+
+	l := mustOpen(t, fsys, dir, Options{})
+	appendAll(t, l, 1, groups[:1], true)
+	end := l.segs[0].size
+	if got := fileSize(t, fsys, seg1); got != end+runwayLen {
+		t.Fatalf("segment is %d bytes after a group ending at %d, want a runway of %d", got, end, runwayLen)
+	}
+	appendAll(t, l, 2, groups[1:3], true) // into the runway
+	if got := fileSize(t, fsys, seg1); got != end+runwayLen {
+		t.Fatalf("segment is %d bytes after appends into the runway, want %d as before", got, end+runwayLen)
+	}
+	tail := NewTail(fsys, dir, 1)
+	var tailed [][][]byte
+	follow := func() {
+		t.Helper()
+		if _, err := tail.Next(func(g uint64, recs [][]byte) error {
+			if g != uint64(len(tailed)+1) {
+				t.Fatalf("Tail handed out group %d after %d", g, len(tailed))
+			}
+			tailed = append(tailed, recs)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follow()
+	if len(tailed) != 3 {
+		t.Fatalf("Tail: %d groups, want 3", len(tailed))
+	}
+	appendAll(t, l, 4, groups[3:], true) // the big group goes past the runway: it is extended
+	follow()
+	if !equalGroups(tailed, groups) {
+		t.Fatalf("Tail: %d groups (or contents differ), want %d", len(tailed), len(groups))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ro, err := OpenReadOnly(fsys, dir)
+	if err != nil || ro.Damage() != nil || ro.Repaired() != nil || ro.LastGroup() != uint64(len(groups)) {
+		t.Fatalf("OpenReadOnly: %v, damage %v, torn %+v, last %d", err, ro.Damage(), ro.Repaired(), ro.LastGroup())
+	}
+	var read [][][]byte
+	if last, err := ReadCommitted(fsys, dir, 0, func(g uint64, recs [][]byte) error {
+		read = append(read, recs)
+		return nil
+	}); err != nil || last != uint64(len(groups)) || !equalGroups(read, groups) {
+		t.Fatalf("ReadCommitted: last %d, %v, %d groups", last, err, len(read))
+	}
+
+	// Reopen: a clean end, the runway kept; then a rollover seals the
+	// segment at its last group.
+	l = mustOpen(t, fsys, dir, Options{SegmentSize: 1})
+	if l.Repaired() != nil {
+		t.Fatalf("reopen repaired %+v: the runway is not a torn tail", *l.Repaired())
+	}
+	sealedEnd := l.segs[0].size
+	if got := fileSize(t, fsys, seg1); got <= sealedEnd {
+		t.Fatalf("reopen: segment is %d bytes, want its runway after %d kept", got, sealedEnd)
+	}
+	appendAll(t, l, uint64(len(groups)+1), groups[:1], true)
+	if len(l.segs) != 2 {
+		t.Fatalf("no rollover: %d segments", len(l.segs))
+	}
+	b, err := vfs.ReadFile(fsys, seg1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) != sealedEnd {
+		t.Fatalf("sealed segment is %d bytes, want %d (its runway cut off)", len(b), sealedEnd)
+	}
+	if _, last, err := DecodeSegment(seg1, b, nil); err != nil || last != uint64(len(groups)) {
+		t.Fatalf("DecodeSegment of the sealed segment: last %d, %v", last, err)
+	}
+	l.Close()
+	l = mustOpen(t, fsys, dir, Options{})
+	if got := replayAll(t, l, 0); !equalGroups(got, append(groups, groups[0])) || l.Repaired() != nil {
+		t.Fatalf("replay after rollover: %d groups, repaired %+v", len(got), l.Repaired())
+	}
+	l.Close()
+}
+
+// TestRunwayNoSpace: a full filesystem while the runway is extended leaves
+// the group appended and the log usable, without a runway (the zeros
+// written are cut off); the next append past the end extends it again.
+func TestRunwayNoSpace(t *testing.T) {
+	for _, errno := range []error{syscall.ENOSPC, errorfs.Short(syscall.ENOSPC), syscall.EDQUOT} {
+		mem := vfs.NewCrashableMem()
+		var armed *errorfs.Rule
+		fsys := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op vfs.Op, path string) error {
+			if armed == nil {
+				return nil
+			}
+			return armed.MaybeError(op, path)
+		}))
+		dir := "/log"
+		seg := filepath.Join(dir, segName(1))
+		groups := genGroups(32, 3, 2, 60)
+		l := mustOpen(t, fsys, dir, Options{})
+		armed = errorfs.OnNth(errorfs.OpWrite, "*.seg", 2, errno) // the zeros after the group
+		appendAll(t, l, 1, groups[:1], true)
+		if armed.Injected() != 1 {
+			t.Fatalf("%v: fault injected %d times, want 1", errno, armed.Injected())
+		}
+		armed = nil
+		if got, want := fileSize(t, mem, seg), l.segs[0].size; got != want {
+			t.Fatalf("%v: segment is %d bytes after a failed runway, want %d (the group only)", errno, got, want)
+		}
+		appendAll(t, l, 2, groups[1:2], true)
+		if got, want := fileSize(t, mem, seg), l.segs[0].size+runwayLen; got != want {
+			t.Fatalf("%v: segment is %d bytes, want %d (runway extended again)", errno, got, want)
+		}
+		appendAll(t, l, 3, groups[2:], true)
+		l.Close()
+		l = mustOpen(t, mem, dir, Options{})
+		if got := replayAll(t, l, 0); !equalGroups(got, groups) || l.Repaired() != nil {
+			t.Fatalf("%v: replay %d groups, repaired %+v", errno, len(got), l.Repaired())
+		}
+		l.Close()
+	}
+
+	// Any other failure of the runway's write fails the log.
+	mem := vfs.NewCrashableMem()
+	rule := errorfs.OnNth(errorfs.OpWrite, "*.seg", 3, syscall.EIO) // 1: header, 2: group, 3: zeros
+	l := mustOpen(t, errorfs.Wrap(mem, rule), "/log", Options{})
+	if _, err := l.Append(genGroups(33, 1, 1, 10)[0]); !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Append with the runway's write failing: %v, want ErrFailed wrapping EIO", err)
+	}
+}
