@@ -136,9 +136,9 @@ func (t *Tail) Next(fn func(group uint64, records [][]byte) error) (int, error) 
 		}
 		t.first, t.off, t.last = h.firstGroup, segHeaderLen, h.firstGroup-1
 	}
-	// Read in windows (tailWindow, doubled while a group does not fit),
-	// not to the end of the file: the active segment ends in a runway of
-	// up to runwayLen zeros, which would otherwise be read on every call.
+	// Read in windows (tailWindow, doubled while the groups go on), not
+	// to the end of the file: the active segment ends in a runway of up
+	// to runwayLen zeros, which would otherwise be read on every call.
 	size := st.Size()
 	groups := 0
 	for window := int64(tailWindow); t.off < size; {
@@ -149,15 +149,20 @@ func (t *Tail) Next(fn func(group uint64, records [][]byte) error) (int, error) 
 		if err != nil || atEnd || toEOF {
 			return groups, err
 		}
-		if n == 0 {
-			window *= 2 // a group larger than the window
+		if n == 0 || window < tailWindowMax {
+			window *= 2 // a group larger than the window, or catching up
 		}
 	}
 	return groups, nil
 }
 
-// tailWindow is the first read of Tail.Next.
-const tailWindow = 64 << 10
+// tailWindow is the first read of Tail.Next, a few groups of a busy
+// workspace; it doubles up to tailWindowMax while the groups go on (a
+// reader catching up), and beyond while one group does not fit.
+const (
+	tailWindow    = 16 << 10
+	tailWindowMax = 16 << 20
+)
 
 // scan reads want bytes of f at t.off and hands out the complete groups
 // among them, advancing t.off past those fn accepted. atEnd is true when
