@@ -593,7 +593,7 @@ func (l *Log) Append(records [][]byte) (uint64, error) {
 		return 0, l.fail(err)
 	}
 	if end := a.size + int64(len(buf)); end > l.fileEnd {
-		if err := l.extendRunway(a.path, end); err != nil {
+		if err := l.extendRunway(a.path, end, len(buf)); err != nil {
 			return 0, l.fail(err)
 		}
 	}

@@ -161,3 +161,22 @@ func TestRunwayNoSpace(t *testing.T) {
 		t.Fatalf("Append with the runway's write failing: %v, want ErrFailed wrapping EIO", err)
 	}
 }
+
+// TestRunwayLargeGroup: a group of runwayMaxGroup bytes or more that ends
+// past the runway does not extend it (the zeros would cost more than they
+// save); the next small group does.
+func TestRunwayLargeGroup(t *testing.T) {
+	fsys, dir := vfs.NewCrashableMem(), "/log"
+	seg := filepath.Join(dir, segName(1))
+	l := mustOpen(t, fsys, dir, Options{})
+	defer l.Close()
+	large := [][][]byte{{make([]byte, runwayMaxGroup)}}
+	appendAll(t, l, 1, large, true)
+	if got, want := fileSize(t, fsys, seg), l.segs[0].size; got != want {
+		t.Fatalf("after a large group the segment is %d bytes, want %d (no runway)", got, want)
+	}
+	appendAll(t, l, 2, [][][]byte{{[]byte("small")}}, true)
+	if got, want := fileSize(t, fsys, seg), l.segs[0].size+runwayLen; got != want {
+		t.Fatalf("after a small group the segment is %d bytes, want %d (a runway)", got, want)
+	}
+}
