@@ -120,23 +120,17 @@ func TestRunway(t *testing.T) {
 func TestRunwayNoSpace(t *testing.T) {
 	for _, errno := range []error{syscall.ENOSPC, errorfs.Short(syscall.ENOSPC), syscall.EDQUOT} {
 		mem := vfs.NewCrashableMem()
-		var armed *errorfs.Rule
-		fsys := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op vfs.Op, path string) error {
-			if armed == nil {
-				return nil
-			}
-			return armed.MaybeError(op, path)
-		}))
+		fsys, arm := armable(mem)
 		dir := "/log"
 		seg := filepath.Join(dir, segName(1))
 		groups := genGroups(32, 3, 2, 60)
 		l := mustOpen(t, fsys, dir, Options{})
-		armed = errorfs.OnNth(errorfs.OpWrite, "*.seg", 2, errno) // the zeros after the group
+		armed := arm(errorfs.OnNth(errorfs.OpWrite, "*.seg", 2, errno)) // the zeros after the group
 		appendAll(t, l, 1, groups[:1], true)
 		if armed.Injected() != 1 {
 			t.Fatalf("%v: fault injected %d times, want 1", errno, armed.Injected())
 		}
-		armed = nil
+		arm(nil)
 		if got, want := fileSize(t, mem, seg), l.segs[0].size; got != want {
 			t.Fatalf("%v: segment is %d bytes after a failed runway, want %d (the group only)", errno, got, want)
 		}
