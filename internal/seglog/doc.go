@@ -74,7 +74,9 @@
 // no written byte changes) and no valid commit marker with a higher group
 // number exists anywhere after the damage (searched byte by byte) — except
 // the damaged group's own marker when nothing follows it and the damage
-// holds a whole 512-byte sector of zeros: the last group's append, never
+// holds a 512-byte sector of zeros (the sector the damage starts in counts
+// from the damage on: its first bytes are the previous group's): the last
+// group's append, never
 // acknowledged, reached the disk out of order before a power loss (found
 // by the crashfs power-cut tests):
 //

@@ -380,7 +380,8 @@ func laterCommit(buf []byte, from int64, after uint64) (int64, uint64) {
 // corruption, given laterCommit's marker for group g at offset off: the
 // marker is the damaged group's own (g is the group after the last
 // complete one), no commit marker follows it, and the damaged range holds
-// a whole 512-byte sector of zeros — a sector that never reached the disk.
+// a 512-byte sector of zeros (from the damage on, for the sector the
+// damage starts in) — a sector that never reached the disk.
 // The flusher appends a group only after the previous one's sync returned,
 // so only the last group can be unsynced, and its pages may reach the disk
 // in any order before a power loss (found by the crashfs power-cut tests:
@@ -394,9 +395,11 @@ func unwrittenLastGroup(buf []byte, res scanResult, off int64, g uint64) bool {
 	if next, _ := laterCommit(buf, off+1, g); next >= 0 {
 		return false
 	}
-	var zero [512]byte
-	for s := (res.damageAt + 511) / 512 * 512; s+512 <= off; s += 512 {
-		if [512]byte(buf[s:s+512]) == zero {
+	// The sector holding the start of the damage counts from there: its
+	// bytes before it are the previous group's, as written before (found
+	// by TestPowerCutSectors: the group's first, partial sector unwritten).
+	for s := res.damageAt / sectorSize * sectorSize; s+sectorSize <= off; s += sectorSize {
+		if isZero(buf[max(s, res.damageAt) : s+sectorSize]) {
 			return true
 		}
 	}
