@@ -295,7 +295,9 @@ func classifyTail(buf []byte, res scanResult) (torn bool, reason string) {
 	if p := int64(nonZeroEnd(buf)); p < extent {
 		// The frame's last bytes and everything after them are zeros:
 		// an append into the runway that stopped part-way, or changed.
-		if cutShortInRunway(buf[d:p], want) {
+		// The zeros can start before the frame (a record that ends in
+		// zeros before it).
+		if cutShortInRunway(buf[d:max(p, d)], want) {
 			return true, ""
 		}
 		return false, "a commit marker followed only by zeros differs from the one its group needs" + whose()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -159,5 +160,36 @@ func TestRunwayNoSpace(t *testing.T) {
 	l := mustOpen(t, errorfs.Wrap(mem, rule), "/log", Options{})
 	if _, err := l.Append(genGroups(33, 1, 1, 10)[0]); !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Append with the runway's write failing: %v, want ErrFailed wrapping EIO", err)
+	}
+}
+
+// TestRunwayTornAfterZeroRecordEnd: a power cut during an append into the
+// runway kept the group's first record, which ends in zeros, and none of
+// the sectors after it. The zeros of the record and those of the runway
+// run together, past the start of the next frame: a torn tail (this
+// panicked, slicing the frame's bytes up to the last nonzero byte, which
+// lies before the frame).
+func TestRunwayTornAfterZeroRecordEnd(t *testing.T) {
+	groups := genGroups(42, 4, 3, 200)
+	rec := bytes.Repeat([]byte{0x5a}, 700)
+	clear(rec[100:]) // 600 trailing zeros: a sector boundary lies among them
+	groups = append(groups, [][]byte{rec, bytes.Repeat([]byte{1}, 300)})
+	segs, _, gstart, _ := buildLog(t, 0, groups)
+	last := len(groups) - 1
+	cut := gstart[last] + frameHeaderLen + int64(len(rec)) // the second record's frame
+	bad := append(slices.Clone(segs[0][:cut]), make([]byte, 4096)...)
+	for _, open := range []func(fsys vfs.FS, dir string) (*Log, error){
+		func(fsys vfs.FS, dir string) (*Log, error) { return OpenReadOnly(fsys, dir) },
+		func(fsys vfs.FS, dir string) (*Log, error) { return Open(fsys, dir, Options{}) },
+	} {
+		fsys, dir := memLog(t, [][]byte{bad})
+		l, err := open(fsys, dir)
+		if err != nil {
+			t.Fatalf("Open = %v, want a torn tail", err)
+		}
+		if rep := l.Repaired(); rep == nil || rep.Offset != gstart[last] || l.LastGroup() != uint64(last) {
+			t.Fatalf("Repaired = %+v, last group %d; want the tail from %d, group %d last", rep, l.LastGroup(), gstart[last], last)
+		}
+		l.Close()
 	}
 }
