@@ -83,6 +83,12 @@
 //   - every frame verifies and the file ends before the commit marker;
 //   - the first bad frame runs past the end of the file, unless its bytes
 //     are the commit marker the group needs with only the length damaged;
+//   - only zeros follow from inside the first bad frame on (an append into
+//     the runway cut short), unless it is a commit marker whose bytes up
+//     to the first sector boundary after its last nonzero byte are not
+//     the start of the marker the group needs, or no such boundary lies
+//     inside it: zeros inside a written sector were written, so such a
+//     marker was changed, not cut short;
 //   - the first bad frame is complete but overlaps a 512-byte sector that
 //     is zero from the frame (or the sector's start) to the sector's end
 //     or the end of the file.

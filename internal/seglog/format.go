@@ -256,8 +256,9 @@ const sectorSize = 512
 //     unless the bytes there are the expected commit marker with only its
 //     length field wrong; or past the last nonzero byte of the file: cut
 //     short in the runway (runway.go), unless its type byte says commit
-//     marker and its bytes are not the start of the marker the group
-//     needs; or
+//     marker and its bytes up to the first sector boundary after the last
+//     nonzero byte are not the start of the marker the group needs, or
+//     that boundary lies past the marker (cutShortInRunway); or
 //   - the first invalid frame is complete but overlaps a sector that is
 //     zero from the frame (or the sector's start) to the sector's end or
 //     the end of the file (unwritten).
@@ -293,14 +294,17 @@ func classifyTail(buf []byte, res scanResult) (torn bool, reason string) {
 	}
 	extent := d + frameHeaderLen + int64(binary.LittleEndian.Uint32(rest[0:]))
 	if p := int64(nonZeroEnd(buf)); p < extent {
-		// The frame's last bytes and everything after them are zeros:
-		// an append into the runway that stopped part-way, or changed.
-		// The zeros can start before the frame (a record that ends in
-		// zeros before it).
-		if cutShortInRunway(buf[d:max(p, d)], want) {
-			return true, ""
+		// The frame's last bytes and everything after them are zeros
+		// (they can start before the frame: a record that ends in
+		// zeros): an append into the runway that stopped part-way, or
+		// bytes changed to zeros.
+		if torn, judged := cutShortInRunway(buf, d, p, want); judged {
+			if torn {
+				return true, ""
+			}
+			return false, "a commit marker followed only by zeros differs from the one its group needs (zeros inside a written sector, or bytes that are not its group's)" + whose()
 		}
-		return false, "a commit marker followed only by zeros differs from the one its group needs" + whose()
+		// Otherwise judged as a complete frame below.
 	}
 	for s := d / sectorSize * sectorSize; s < extent; s += sectorSize {
 		lo, hi := max(s, d), min(s+sectorSize, end)
@@ -312,23 +316,36 @@ func classifyTail(buf []byte, res scanResult) (torn bool, reason string) {
 		extent-d, res.damageReason, whose())
 }
 
-// cutShortInRunway reports whether written, the start of a frame after
-// which the file holds only zeros, is what an append into the runway
-// leaves when it stops part-way: a frame header cut before its type byte,
-// a data frame (its group's commit marker, which is never zero, is then
-// not written either), or the start of the commit marker the group needs
-// (want). Written bytes of a commit marker that differ from want were
-// changed, not cut short.
-func cutShortInRunway(written, want []byte) bool {
+// cutShortInRunway judges the frame at d of buf, after whose last nonzero
+// byte (p, which can lie before d: a record that ends in zeros) the file
+// holds only zeros, as an append into the runway that stopped part-way:
+//
+//   - a frame header cut before its type byte, or a data frame (its
+//     group's commit marker, never all zeros, is then missing too), is
+//     torn wherever the zeros start: a short write can stop at any byte;
+//   - a commit marker (its type byte written) is torn only if its bytes up
+//     to the first sector boundary at or after p are the start of the
+//     marker its group needs (want), and that boundary lies inside it: a
+//     crash leaves whole sectors unwritten (zeros), so zeros inside the
+//     sector of a written byte were written, and a marker that ends in
+//     them is its group's marker changed (a flipped last byte, say), not
+//     cut short: the group may have been acknowledged.
+//
+// judged is false for any other frame (a type byte that is neither,
+// zero when its own sector was not written): classifyTail's sector rule
+// decides.
+func cutShortInRunway(buf []byte, d, p int64, want []byte) (torn, judged bool) {
+	written := buf[d:max(p, d)]
 	switch {
 	case len(written) <= frameHeaderLen-1:
-		return true
+		return true, true
 	case written[frameHeaderLen-1] == typeData:
-		return true
+		return true, true
 	case written[frameHeaderLen-1] == typeCommit:
-		return bytes.HasPrefix(want, written)
+		s := (p + sectorSize - 1) / sectorSize * sectorSize
+		return s < d+int64(len(want)) && bytes.HasPrefix(want, buf[d:s]), true
 	}
-	return false
+	return false, false
 }
 
 func isZero(b []byte) bool {

@@ -193,3 +193,38 @@ func TestRunwayTornAfterZeroRecordEnd(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestRunwayZeroedMarkerEnd: the last group was written whole (and may
+// have been acknowledged), with the runway's zeros after it; then bytes at
+// the end of its commit marker changed to zeros, inside one sector. A
+// crash leaves an append into the runway cut short only at a sector
+// boundary (the sectors after it unwritten), never inside a sector: this
+// is corruption, not a torn tail to drop (it was taken for an append cut
+// short, the marker's remaining bytes being a prefix of the one its group
+// needs). The same bytes zeroed from a sector boundary on are a torn tail.
+func TestRunwayZeroedMarkerEnd(t *testing.T) {
+	for seed := uint64(50); ; seed++ {
+		groups := genGroups(seed, 4, 3, 300)
+		segs, _, gstart, gend := buildLog(t, 0, groups)
+		seg, last := segs[0], len(groups)-1
+		marker := gend[last] - (frameHeaderLen + commitPayloadLen)
+		if gend[last]%sectorSize == 0 || seg[gend[last]-1] == 0 ||
+			gend[last]/sectorSize != (marker+frameHeaderLen)/sectorSize {
+			continue // want the marker's payload in one sector, its last byte nonzero
+		}
+		// Zero the marker's last byte, and its last 3 bytes.
+		for _, n := range []int64{1, 3} {
+			bad := append(slices.Clone(seg), make([]byte, 4096)...)
+			clear(bad[gend[last]-n : gend[last]])
+			checkTail(t, bad, false, marker, "commit marker of group", gstart[last], gend[last], last)
+		}
+		// Cut at a sector boundary inside the marker (when it has one):
+		// an append into the runway that stopped there.
+		if b := (marker/sectorSize + 1) * sectorSize; b < gend[last] {
+			bad := append(slices.Clone(seg), make([]byte, 4096)...)
+			clear(bad[b:gend[last]])
+			checkTail(t, bad, true, 0, "", gstart[last], gend[last], last)
+		}
+		return
+	}
+}
