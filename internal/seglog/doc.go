@@ -75,10 +75,12 @@
 // number exists anywhere after the damage (searched byte by byte) — except
 // the damaged group's own marker when nothing follows it and the damage
 // holds a 512-byte sector of zeros (the sector the damage starts in counts
-// from the damage on: its first bytes are the previous group's): the last
-// group's append, never
-// acknowledged, reached the disk out of order before a power loss (found
-// by the crashfs power-cut tests):
+// from the damage on: its first bytes are the previous group's) and the
+// damaged frame's length does not run past the marker or over valid
+// frames that lead to it (a crash only zeroes bytes: a length it leaves
+// is never larger): the last group's append, never acknowledged, reached
+// the disk out of order before a power loss (found by the crashfs
+// power-cut tests):
 //
 //   - every frame verifies and the file ends before the commit marker;
 //   - the first bad frame runs past the end of the file, unless its bytes

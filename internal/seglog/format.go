@@ -400,7 +400,9 @@ func laterCommit(buf []byte, from int64, after uint64) (int64, uint64) {
 // marker is the damaged group's own (g is the group after the last
 // complete one), no commit marker follows it, and the damaged range holds
 // a 512-byte sector of zeros (from the damage on, for the sector the
-// damage starts in) — a sector that never reached the disk.
+// damage starts in) — a sector that never reached the disk — while the
+// damaged frame's length is one a crash can leave (chainsTo): not past
+// the marker, and no valid frames leading to the marker start inside it.
 // The flusher appends a group only after the previous one's sync returned,
 // so only the last group can be unsynced, and its pages may reach the disk
 // in any order before a power loss (found by the crashfs power-cut tests:
@@ -414,6 +416,23 @@ func unwrittenLastGroup(buf []byte, res scanResult, off int64, g uint64) bool {
 	if next, _ := laterCommit(buf, off+1, g); next >= 0 {
 		return false
 	}
+	// A crash only zeroes bytes, so the damaged frame's length is its
+	// real one, or smaller: its frame ends before the marker, and valid
+	// frames leading to the marker start at its end or after, never
+	// inside it. Otherwise its length was changed (found by
+	// TestZeroRecordIsNotUnwritten: a grown length ending among a later
+	// record's zeros looked like an unwritten sector).
+	d := res.damageAt
+	extent := d + frameHeaderLen + int64(binary.LittleEndian.Uint32(buf[d:]))
+	if extent > off {
+		return false
+	}
+	seen := make([]bool, off-d) // frame starts already followed, in vain
+	for e := d + frameHeaderLen; e < extent; e++ {
+		if buf[e+frameHeaderLen-1] == typeData && chainsTo(buf, e, off, seen, d) {
+			return false
+		}
+	}
 	// The sector holding the start of the damage counts from there: its
 	// bytes before it are the previous group's, as written before (found
 	// by TestPowerCutSectors: the group's first, partial sector unwritten).
@@ -423,6 +442,28 @@ func unwrittenLastGroup(buf []byte, res scanResult, off int64, g uint64) bool {
 		}
 	}
 	return false
+}
+
+// chainsTo reports whether valid data frames, back to back from e, end
+// exactly at off. seen[x-base] marks the starts x it followed before
+// without reaching off (and is set for those it follows now), so that a
+// search over many starts parses each frame once.
+func chainsTo(buf []byte, e, off int64, seen []bool, base int64) bool {
+	for e < off {
+		if seen[e-base] {
+			return false
+		}
+		seen[e-base] = true
+		if off-e < frameHeaderLen || int64(binary.LittleEndian.Uint32(buf[e:])) > off-e-frameHeaderLen {
+			return false
+		}
+		f, ok, _ := parseFrame(buf[e:off])
+		if !ok || f.typ != typeData {
+			return false
+		}
+		e += int64(f.size)
+	}
+	return e == off
 }
 
 // skipFrameMax bounds the data frames laterCommit verifies and skips.

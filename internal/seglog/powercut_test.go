@@ -296,3 +296,32 @@ func checkPowerCut(t *testing.T, img *vfs.MemFS, dir string, opts Options, group
 		t.Fatalf("crash %s: Sync after recovery: %v", desc, err)
 	}
 }
+
+// TestZeroRecordIsNotUnwritten: the last group was written whole (and may
+// have been acknowledged) and holds a record of zeros (a file's hole, a
+// free database page); then a byte of an earlier record changed. Its own
+// commit marker follows the damage, so the damage is a torn tail only if
+// a sector of the damaged frame itself never reached the disk: zeros of a
+// later record are what was written, not evidence of a power cut. (They
+// were taken for an unwritten sector, and the group dropped.) Nor can a
+// crash make a frame's length larger: it only zeroes bytes.
+func TestZeroRecordIsNotUnwritten(t *testing.T) {
+	rec := bytes.Repeat([]byte{0x3c}, 1000)
+	groups := append(genGroups(43, 3, 2, 100), [][]byte{rec, make([]byte, 2048), {1}})
+	segs, _, gstart, gend := buildLog(t, 0, groups)
+	last := len(groups) - 1
+	first := gstart[last] // the damaged frame: the first record's
+	for _, tc := range []struct {
+		name string
+		at   int64
+		bit  byte
+	}{
+		{"record-byte-flipped", first + frameHeaderLen + 500, 0x01},
+		{"record-length-grown", first + 1, 0x04},             // 1000 -> 2024: ends inside the zero record
+		{"record-length-grown-past-marker", first + 1, 0x10}, // 1000 -> 5096: ends in the runway
+	} {
+		bad := append(slices.Clone(segs[0]), make([]byte, 4096)...)
+		bad[tc.at] ^= tc.bit
+		checkTail(t, bad, false, first, "", gstart[last], gend[last], last)
+	}
+}
