@@ -76,11 +76,16 @@
 // the damaged group's own marker when nothing follows it and the damage
 // holds a 512-byte sector of zeros (the sector the damage starts in counts
 // from the damage on: its first bytes are the previous group's) and the
-// damaged frame's length does not run past the marker or over valid
-// frames that lead to it (a crash only zeroes bytes: a length it leaves
-// is never larger): the last group's append, never acknowledged, reached
-// the disk out of order before a power loss (found by the crashfs
-// power-cut tests):
+// damaged frame's header is what a crash leaves of one (it zeroes whole
+// sectors, nothing else): a length not running past the marker or over
+// valid frames that lead to it, a type byte that is a data frame's or
+// zero with the rest of its sector, and, when the header is whole, a CRC
+// that the marker's group CRC covers: the last group's append, never
+// acknowledged, reached the disk out of order before a power loss (found
+// by the crashfs power-cut tests). A changed byte in a record that itself
+// holds a whole zero sector still reads as such a power cut: the zeros
+// may be a sector that was never written, and nothing tells them apart.
+// So the tail is torn when:
 //
 //   - every frame verifies and the file ends before the commit marker;
 //   - the first bad frame runs past the end of the file, unless its bytes

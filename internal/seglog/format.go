@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 // Frozen wire-format constants (see the package documentation).
@@ -416,21 +417,45 @@ func unwrittenLastGroup(buf []byte, res scanResult, off int64, g uint64) bool {
 	if next, _ := laterCommit(buf, off+1, g); next >= 0 {
 		return false
 	}
-	// A crash only zeroes bytes, so the damaged frame's length is its
-	// real one, or smaller: its frame ends before the marker, and valid
-	// frames leading to the marker start at its end or after, never
-	// inside it. Otherwise its length was changed (found by
-	// TestZeroRecordIsNotUnwritten: a grown length ending among a later
-	// record's zeros looked like an unwritten sector).
+	// A crash zeroes whole sectors and changes no other byte, so what is
+	// left of the damaged frame's header is what was written, or zeros
+	// (a data frame's: the group's marker follows), and its length is
+	// the real one or smaller (bytes of it zeroed): its frame ends at or
+	// before the marker, and no valid frames leading to the marker start
+	// inside it. A header in one sector whose type byte was written is
+	// whole: the next frame starts where it says, with a type byte
+	// written or zero, and if valid frames lead from there to the marker,
+	// the marker's count and group CRC cover its CRC. A header that
+	// disagrees was changed. (Found by TestZeroRecordIsNotUnwritten and a
+	// bit-flip probe: a changed length or frame CRC in a group holding a
+	// record of zeros looked like an unwritten sector.)
 	d := res.damageAt
+	typ := buf[d+frameHeaderLen-1]
 	extent := d + frameHeaderLen + int64(binary.LittleEndian.Uint32(buf[d:]))
-	if extent > off {
+	if (typ != 0 && typ != typeData) || extent > off {
 		return false
 	}
-	seen := make([]bool, off-d) // frame starts already followed, in vain
+	if ts := (d + frameHeaderLen - 1) / sectorSize * sectorSize; typ == 0 && !isZero(buf[max(ts, d):d+frameHeaderLen-1]) {
+		return false // the type byte's sector was written: it was zeroed since
+	}
+	seen := make([]bool, off-d+1) // frame starts already followed, in vain
 	for e := d + frameHeaderLen; e < extent; e++ {
-		if buf[e+frameHeaderLen-1] == typeData && chainsTo(buf, e, off, seen, d) {
+		if buf[e+frameHeaderLen-1] == typeData {
+			if _, ok := chainsTo(buf, e, off, seen, d); ok {
+				return false
+			}
+		}
+	}
+	if typ == typeData && d/sectorSize == (d+frameHeaderLen-1)/sectorSize {
+		if next := buf[extent+frameHeaderLen-1]; extent < off && next != 0 && next != typeData {
 			return false
+		}
+		if crcs, ok := chainsTo(buf, extent, off, seen, d); ok {
+			all := append(append(slices.Clone(res.pendingCRCs), binary.LittleEndian.Uint32(buf[d+4:])), crcs...)
+			c := decodeCommit(buf[off+frameHeaderLen : off+frameHeaderLen+commitPayloadLen])
+			if int(c.count) != len(all) || c.gcrc != groupCRC(all) {
+				return false
+			}
 		}
 	}
 	// The sector holding the start of the damage counts from there: its
@@ -445,25 +470,27 @@ func unwrittenLastGroup(buf []byte, res scanResult, off int64, g uint64) bool {
 }
 
 // chainsTo reports whether valid data frames, back to back from e, end
-// exactly at off. seen[x-base] marks the starts x it followed before
-// without reaching off (and is set for those it follows now), so that a
-// search over many starts parses each frame once.
-func chainsTo(buf []byte, e, off int64, seen []bool, base int64) bool {
+// exactly at off, and returns their CRCs. seen[x-base] marks the starts x
+// it followed before without reaching off (and is set for those it
+// follows now), so that a search over many starts parses each frame once.
+func chainsTo(buf []byte, e, off int64, seen []bool, base int64) ([]uint32, bool) {
+	var crcs []uint32
 	for e < off {
 		if seen[e-base] {
-			return false
+			return nil, false
 		}
 		seen[e-base] = true
 		if off-e < frameHeaderLen || int64(binary.LittleEndian.Uint32(buf[e:])) > off-e-frameHeaderLen {
-			return false
+			return nil, false
 		}
 		f, ok, _ := parseFrame(buf[e:off])
 		if !ok || f.typ != typeData {
-			return false
+			return nil, false
 		}
+		crcs = append(crcs, f.crc)
 		e += int64(f.size)
 	}
-	return e == off
+	return crcs, e == off
 }
 
 // skipFrameMax bounds the data frames laterCommit verifies and skips.

@@ -298,30 +298,41 @@ func checkPowerCut(t *testing.T, img *vfs.MemFS, dir string, opts Options, group
 }
 
 // TestZeroRecordIsNotUnwritten: the last group was written whole (and may
-// have been acknowledged) and holds a record of zeros (a file's hole, a
-// free database page); then a byte of an earlier record changed. Its own
-// commit marker follows the damage, so the damage is a torn tail only if
-// a sector of the damaged frame itself never reached the disk: zeros of a
-// later record are what was written, not evidence of a power cut. (They
-// were taken for an unwritten sector, and the group dropped.) Nor can a
-// crash make a frame's length larger: it only zeroes bytes.
+// have been acknowledged) and holds zeros (a file's hole, a free database
+// page), in its first record and in a later one; then a byte of the first
+// record's frame header changed. Its own commit marker follows the damage,
+// and zeros a crash could have left unwritten lie around, but a crash
+// only zeroes whole sectors: it cannot make a length larger (here ending
+// inside the zero record, whose valid frame then starts inside the damaged
+// one, or past the marker), change a frame CRC (the marker's group CRC
+// covers it) or zero the type byte of a header whose other bytes in the
+// same sector were written. Each was taken for an unwritten sector and the
+// group dropped.
 func TestZeroRecordIsNotUnwritten(t *testing.T) {
-	rec := bytes.Repeat([]byte{0x3c}, 1000)
+	rec := append(bytes.Repeat([]byte{0x3c}, 600), make([]byte, 1100)...)
 	groups := append(genGroups(43, 3, 2, 100), [][]byte{rec, make([]byte, 2048), {1}})
 	segs, _, gstart, gend := buildLog(t, 0, groups)
 	last := len(groups) - 1
 	first := gstart[last] // the damaged frame: the first record's
+	if first/sectorSize != (first+frameHeaderLen-1)/sectorSize {
+		t.Fatalf("the first record's frame header at %d spans two sectors", first)
+	}
 	for _, tc := range []struct {
-		name string
-		at   int64
-		bit  byte
+		name   string
+		at     int64
+		change func(byte) byte
 	}{
-		{"record-byte-flipped", first + frameHeaderLen + 500, 0x01},
-		{"record-length-grown", first + 1, 0x04},             // 1000 -> 2024: ends inside the zero record
-		{"record-length-grown-past-marker", first + 1, 0x10}, // 1000 -> 5096: ends in the runway
+		{"length-grown-into-zero-record", first + 1, func(b byte) byte { return b ^ 0x04 }}, // 1700 -> 2724
+		{"length-grown-past-marker", first + 1, func(b byte) byte { return b ^ 0x10 }},      // 1700 -> 5796
+		{"frame-crc-flipped", first + 5, func(b byte) byte { return b ^ 0x01 }},
+		{"type-byte-zeroed", first + frameHeaderLen - 1, func(byte) byte { return 0 }},
 	} {
-		bad := append(slices.Clone(segs[0]), make([]byte, 4096)...)
-		bad[tc.at] ^= tc.bit
-		checkTail(t, bad, false, first, "", gstart[last], gend[last], last)
+		for _, runway := range []int{0, 4096} {
+			bad := append(slices.Clone(segs[0]), make([]byte, runway)...)
+			bad[tc.at] = tc.change(bad[tc.at])
+			t.Run(fmt.Sprintf("%s/runway-%d", tc.name, runway), func(t *testing.T) {
+				checkTail(t, bad, false, first, "", gstart[last], gend[last], last)
+			})
+		}
 	}
 }
