@@ -74,13 +74,28 @@
 // no written byte changes) and no valid commit marker with a higher group
 // number exists anywhere after the damage (searched byte by byte) — except
 // the damaged group's own marker when nothing follows it and the damage
-// holds a whole 512-byte sector of zeros: the last group's append, never
+// holds a 512-byte sector of zeros (the sector the damage starts in counts
+// from the damage on: its first bytes are the previous group's) and the
+// damaged frame's header is what a crash leaves of one (it zeroes whole
+// sectors, nothing else): a length not running past the marker or over
+// valid frames that lead to it, a type byte that is a data frame's or
+// zero with the rest of its sector, and, when the header is whole, a CRC
+// that the marker's group CRC covers: the last group's append, never
 // acknowledged, reached the disk out of order before a power loss (found
-// by the crashfs power-cut tests):
+// by the crashfs power-cut tests). A changed byte in a record that itself
+// holds a whole zero sector still reads as such a power cut: the zeros
+// may be a sector that was never written, and nothing tells them apart.
+// So the tail is torn when:
 //
 //   - every frame verifies and the file ends before the commit marker;
 //   - the first bad frame runs past the end of the file, unless its bytes
 //     are the commit marker the group needs with only the length damaged;
+//   - only zeros follow from inside the first bad frame on (an append into
+//     the runway cut short), unless it is a commit marker whose bytes up
+//     to the first sector boundary after its last nonzero byte are not
+//     the start of the marker the group needs, or no such boundary lies
+//     inside it: zeros inside a written sector were written, so such a
+//     marker was changed, not cut short;
 //   - the first bad frame is complete but overlaps a 512-byte sector that
 //     is zero from the frame (or the sector's start) to the sector's end
 //     or the end of the file.

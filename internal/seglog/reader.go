@@ -167,8 +167,9 @@ const (
 // scan reads want bytes of f at t.off and hands out the complete groups
 // among them, advancing t.off past those fn accepted. atEnd is true when
 // the window reached the end of the file, or what follows the groups in it
-// is zeros (nothing written yet, or the runway) or damage: reading more of
-// the file now will not show another group.
+// is at least a frame header's worth of zeros (nothing written yet, or the
+// runway) or damage: reading more of the file now will not show another
+// group.
 func (t *Tail) scan(f vfs.File, want int64, fn func(group uint64, records [][]byte) error) (groups int, atEnd bool, err error) {
 	// Scan a synthetic segment: the header (saying the next group is
 	// t.last+1) followed by the bytes after what was consumed.
@@ -196,8 +197,12 @@ func (t *Tail) scan(f vfs.File, want int64, fn func(group uint64, records [][]by
 	// Advance past the groups handed out (those fn accepted).
 	consumed := groupBytes(buf, h, groups)
 	t.off += consumed
+	// Zeros say nothing more is written only where a whole frame header
+	// would be: a frame header's first bytes can be zeros (the low bytes
+	// of its length), and the window can end right after the groups.
 	rest := buf[segHeaderLen+consumed:]
-	atEnd = int64(n) < want || isZero(rest) || (res.damageAt >= 0 && !frameRunsPast(buf[res.damageAt:]))
+	atEnd = int64(n) < want || (len(rest) >= frameHeaderLen && isZero(rest)) ||
+		(res.damageAt >= 0 && !frameRunsPast(buf[res.damageAt:]))
 	return groups, atEnd, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -172,5 +173,71 @@ func TestRunwayLargeGroup(t *testing.T) {
 	appendAll(t, l, 2, [][][]byte{{[]byte("small")}}, true)
 	if got, want := fileSize(t, fsys, seg), l.segs[0].size+runwayLen; got != want {
 		t.Fatalf("after a small group the segment is %d bytes, want %d (a runway)", got, want)
+	}
+}
+
+// TestRunwayTornAfterZeroRecordEnd: a power cut during an append into the
+// runway kept the group's first record, which ends in zeros, and none of
+// the sectors after it. The zeros of the record and those of the runway
+// run together, past the start of the next frame: a torn tail (this
+// panicked, slicing the frame's bytes up to the last nonzero byte, which
+// lies before the frame).
+func TestRunwayTornAfterZeroRecordEnd(t *testing.T) {
+	groups := genGroups(42, 4, 3, 200)
+	rec := bytes.Repeat([]byte{0x5a}, 700)
+	clear(rec[100:]) // 600 trailing zeros: a sector boundary lies among them
+	groups = append(groups, [][]byte{rec, bytes.Repeat([]byte{1}, 300)})
+	segs, _, gstart, _ := buildLog(t, 0, groups)
+	last := len(groups) - 1
+	cut := gstart[last] + frameHeaderLen + int64(len(rec)) // the second record's frame
+	bad := append(slices.Clone(segs[0][:cut]), make([]byte, 4096)...)
+	for _, open := range []func(fsys vfs.FS, dir string) (*Log, error){
+		func(fsys vfs.FS, dir string) (*Log, error) { return OpenReadOnly(fsys, dir) },
+		func(fsys vfs.FS, dir string) (*Log, error) { return Open(fsys, dir, Options{}) },
+	} {
+		fsys, dir := memLog(t, [][]byte{bad})
+		l, err := open(fsys, dir)
+		if err != nil {
+			t.Fatalf("Open = %v, want a torn tail", err)
+		}
+		if rep := l.Repaired(); rep == nil || rep.Offset != gstart[last] || l.LastGroup() != uint64(last) {
+			t.Fatalf("Repaired = %+v, last group %d; want the tail from %d, group %d last", rep, l.LastGroup(), gstart[last], last)
+		}
+		l.Close()
+	}
+}
+
+// TestRunwayZeroedMarkerEnd: the last group was written whole (and may
+// have been acknowledged), with the runway's zeros after it; then bytes at
+// the end of its commit marker changed to zeros, inside one sector. A
+// crash leaves an append into the runway cut short only at a sector
+// boundary (the sectors after it unwritten), never inside a sector: this
+// is corruption, not a torn tail to drop (it was taken for an append cut
+// short, the marker's remaining bytes being a prefix of the one its group
+// needs). The same bytes zeroed from a sector boundary on are a torn tail.
+func TestRunwayZeroedMarkerEnd(t *testing.T) {
+	for seed := uint64(50); ; seed++ {
+		groups := genGroups(seed, 4, 3, 300)
+		segs, _, gstart, gend := buildLog(t, 0, groups)
+		seg, last := segs[0], len(groups)-1
+		marker := gend[last] - (frameHeaderLen + commitPayloadLen)
+		if gend[last]%sectorSize == 0 || seg[gend[last]-1] == 0 ||
+			gend[last]/sectorSize != (marker+frameHeaderLen)/sectorSize {
+			continue // want the marker's payload in one sector, its last byte nonzero
+		}
+		// Zero the marker's last byte, and its last 3 bytes.
+		for _, n := range []int64{1, 3} {
+			bad := append(slices.Clone(seg), make([]byte, 4096)...)
+			clear(bad[gend[last]-n : gend[last]])
+			checkTail(t, bad, false, marker, "commit marker of group", gstart[last], gend[last], last)
+		}
+		// Cut at a sector boundary inside the marker (when it has one):
+		// an append into the runway that stopped there.
+		if b := (marker/sectorSize + 1) * sectorSize; b < gend[last] {
+			bad := append(slices.Clone(seg), make([]byte, 4096)...)
+			clear(bad[b:gend[last]])
+			checkTail(t, bad, true, 0, "", gstart[last], gend[last], last)
+		}
+		return
 	}
 }
