@@ -27,7 +27,9 @@
 //	                                  group in this
 //	                                  segment
 //
-// The header is followed by frames, back to back, up to the end of the file:
+// The header is followed by frames, back to back, up to the end of the file
+// (in the last segment: up to its runway, zeros that the next groups will
+// overwrite; see runway.go):
 //
 //	+--------+--------+------+--------------------+
 //	| length | CRC    | type | payload            |
@@ -62,21 +64,38 @@
 // the last segment is a *CorruptError: that data was sealed, so a sync
 // returned for it, and wsfs will not guess what it said.
 //
-// In the last segment the first invalid or incomplete frame, or a complete
-// group missing its commit marker at the end of the file, starts the tail.
+// In the last segment, zeros after the last complete group (and nothing
+// else) are its runway: a clean end, kept as it is. Otherwise the first
+// invalid or incomplete frame, or a complete group missing its commit
+// marker at the end of the file, starts the tail.
 // The tail is torn, not corrupt, when it is what a crash during an unsynced
 // append leaves (a group is one write at the end of the file: the file can
 // end anywhere in it, and whole sectors of it can read back as zeros, but
 // no written byte changes) and no valid commit marker with a higher group
 // number exists anywhere after the damage (searched byte by byte) — except
 // the damaged group's own marker when nothing follows it and the damage
-// holds a whole 512-byte sector of zeros: the last group's append, never
+// holds a 512-byte sector of zeros (the sector the damage starts in counts
+// from the damage on: its first bytes are the previous group's) and the
+// damaged frame's header is what a crash leaves of one (it zeroes whole
+// sectors, nothing else): a length not running past the marker or over
+// valid frames that lead to it, a type byte that is a data frame's or
+// zero with the rest of its sector, and, when the header is whole, a CRC
+// that the marker's group CRC covers: the last group's append, never
 // acknowledged, reached the disk out of order before a power loss (found
-// by the crashfs power-cut tests):
+// by the crashfs power-cut tests). A changed byte in a record that itself
+// holds a whole zero sector still reads as such a power cut: the zeros
+// may be a sector that was never written, and nothing tells them apart.
+// So the tail is torn when:
 //
 //   - every frame verifies and the file ends before the commit marker;
 //   - the first bad frame runs past the end of the file, unless its bytes
 //     are the commit marker the group needs with only the length damaged;
+//   - only zeros follow from inside the first bad frame on (an append into
+//     the runway cut short), unless it is a commit marker whose bytes up
+//     to the first sector boundary after its last nonzero byte are not
+//     the start of the marker the group needs, or no such boundary lies
+//     inside it: zeros inside a written sector were written, so such a
+//     marker was changed, not cut short;
 //   - the first bad frame is complete but overlaps a 512-byte sector that
 //     is zero from the frame (or the sector's start) to the sector's end
 //     or the end of the file.
@@ -99,7 +118,8 @@
 // # Durability
 //
 // Append writes but does not sync; Sync makes every appended group durable
-// (fdatasync). Creating a segment (at Open of an empty directory and at
+// (fdatasync). Appends overwrite the active segment's runway, zeros written
+// ahead, so that most fdatasyncs commit no size change (runway.go). Creating a segment (at Open of an empty directory and at
 // rollover) is synchronous: the previous segment is synced first, then the
 // new file's header and the directory entry. Therefore a sealed segment is
 // always complete on disk, and only the last segment can have a torn tail.

@@ -3,6 +3,7 @@ package seglog
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -33,20 +34,14 @@ func TestFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := vfs.NewCrashableMem()
-			var armed *errorfs.Rule
-			fsys := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op vfs.Op, path string) error {
-				if armed == nil {
-					return nil
-				}
-				return armed.MaybeError(op, path)
-			}))
+			fsys, arm := armable(mem)
 			dir := "/ws/log"
 			opts := Options{SegmentSize: tc.segSize}
 			groups := genGroups(20, 6, 3, 50)
 			l := mustOpen(t, fsys, dir, opts)
 			appendAll(t, l, 1, groups[:4], true)
 
-			armed = tc.rule()
+			armed := arm(tc.rule())
 			_, err := l.Append(groups[4])
 			if tc.failAt == "sync" {
 				if err != nil {
@@ -70,7 +65,7 @@ func TestFaults(t *testing.T) {
 
 			// What was synced before the fault is intact; the failed group
 			// is either wholly there or wholly gone.
-			armed = nil
+			arm(nil)
 			l2 := mustOpen(t, mem, dir, opts)
 			got := replayAll(t, l2, 0)
 			if len(got) < 4 || !equalGroups(got, groups[:len(got)]) {
@@ -104,20 +99,14 @@ func TestNoSpaceIsRetryable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := vfs.NewCrashableMem()
-			var armed *errorfs.Rule
-			fsys := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op vfs.Op, path string) error {
-				if armed == nil {
-					return nil
-				}
-				return armed.MaybeError(op, path)
-			}))
+			fsys, arm := armable(mem)
 			dir := "/ws/log"
 			opts := Options{SegmentSize: tc.segSize}
 			groups := genGroups(22, 6, 3, 50)
 			l := mustOpen(t, fsys, dir, opts)
 			appendAll(t, l, 1, groups[:4], true)
 
-			armed = tc.rule()
+			armed := arm(tc.rule())
 			_, err := l.Append(groups[4])
 			var ns *NoSpaceError
 			if !errors.As(err, &ns) || !errors.Is(err, tc.errno) || errors.Is(err, ErrFailed) {
@@ -130,7 +119,7 @@ func TestNoSpaceIsRetryable(t *testing.T) {
 				t.Fatalf("LastGroup %d after a failed append, want 4", l.LastGroup())
 			}
 			// Space is back: the same group goes in as group 5.
-			armed = nil
+			arm(nil)
 			if g, err := l.Append(groups[4]); err != nil || g != 5 {
 				t.Fatalf("retried Append = %d, %v; want group 5", g, err)
 			}
@@ -147,6 +136,19 @@ func TestNoSpaceIsRetryable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// armable wraps mem in an errorfs whose rule arm sets (nil: none), so
+// that a test arms a fault between operations; arm returns the rule.
+func armable(mem vfs.FS) (vfs.FS, func(*errorfs.Rule) *errorfs.Rule) {
+	var armed atomic.Pointer[errorfs.Rule]
+	fsys := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if r := armed.Load(); r != nil {
+			return r.MaybeError(op, path)
+		}
+		return nil
+	}))
+	return fsys, func(r *errorfs.Rule) *errorfs.Rule { armed.Store(r); return r }
 }
 
 func checkFailed(t *testing.T, err, cause error) {

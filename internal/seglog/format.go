@@ -1,9 +1,11 @@
 package seglog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 // Frozen wire-format constants (see the package documentation).
@@ -253,7 +255,11 @@ const sectorSize = 512
 //     ends at a frame boundary); or
 //   - the first invalid frame runs past the end of the file (cut short),
 //     unless the bytes there are the expected commit marker with only its
-//     length field wrong; or
+//     length field wrong; or past the last nonzero byte of the file: cut
+//     short in the runway (runway.go), unless its type byte says commit
+//     marker and its bytes up to the first sector boundary after the last
+//     nonzero byte are not the start of the marker the group needs, or
+//     that boundary lies past the marker (cutShortInRunway); or
 //   - the first invalid frame is complete but overlaps a sector that is
 //     zero from the frame (or the sector's start) to the sector's end or
 //     the end of the file (unwritten).
@@ -288,6 +294,19 @@ func classifyTail(buf []byte, res scanResult) (torn bool, reason string) {
 		return true, ""
 	}
 	extent := d + frameHeaderLen + int64(binary.LittleEndian.Uint32(rest[0:]))
+	if p := int64(nonZeroEnd(buf)); p < extent {
+		// The frame's last bytes and everything after them are zeros
+		// (they can start before the frame: a record that ends in
+		// zeros): an append into the runway that stopped part-way, or
+		// bytes changed to zeros.
+		if torn, judged := cutShortInRunway(buf, d, p, want); judged {
+			if torn {
+				return true, ""
+			}
+			return false, "a commit marker followed only by zeros differs from the one its group needs (zeros inside a written sector, or bytes that are not its group's)" + whose()
+		}
+		// Otherwise judged as a complete frame below.
+	}
 	for s := d / sectorSize * sectorSize; s < extent; s += sectorSize {
 		lo, hi := max(s, d), min(s+sectorSize, end)
 		if isZero(buf[lo:hi]) {
@@ -296,6 +315,38 @@ func classifyTail(buf []byte, res scanResult) (torn bool, reason string) {
 	}
 	return false, fmt.Sprintf("a complete frame of %d bytes fails verification (%s), and none of it is zeroed as a crash leaves unwritten bytes; it was written and changed since%s",
 		extent-d, res.damageReason, whose())
+}
+
+// cutShortInRunway judges the frame at d of buf, after whose last nonzero
+// byte (p, which can lie before d: a record that ends in zeros) the file
+// holds only zeros, as an append into the runway that stopped part-way:
+//
+//   - a frame header cut before its type byte, or a data frame (its
+//     group's commit marker, never all zeros, is then missing too), is
+//     torn wherever the zeros start: a short write can stop at any byte;
+//   - a commit marker (its type byte written) is torn only if its bytes up
+//     to the first sector boundary at or after p are the start of the
+//     marker its group needs (want), and that boundary lies inside it: a
+//     crash leaves whole sectors unwritten (zeros), so zeros inside the
+//     sector of a written byte were written, and a marker that ends in
+//     them is its group's marker changed (a flipped last byte, say), not
+//     cut short: the group may have been acknowledged.
+//
+// judged is false for any other frame (a type byte that is neither,
+// zero when its own sector was not written): classifyTail's sector rule
+// decides.
+func cutShortInRunway(buf []byte, d, p int64, want []byte) (torn, judged bool) {
+	written := buf[d:max(p, d)]
+	switch {
+	case len(written) <= frameHeaderLen-1:
+		return true, true
+	case written[frameHeaderLen-1] == typeData:
+		return true, true
+	case written[frameHeaderLen-1] == typeCommit:
+		s := (p + sectorSize - 1) / sectorSize * sectorSize
+		return s < d+int64(len(want)) && bytes.HasPrefix(want, buf[d:s]), true
+	}
+	return false, false
 }
 
 func isZero(b []byte) bool {
@@ -318,9 +369,13 @@ func isZero(b []byte) bool {
 // quadratic on garbage. Bytes inside the damaged frame itself cannot be
 // told apart from a real later marker; such a false alarm errs on the safe
 // side (a CorruptError, never a silent drop).
+//
+// Offsets in the trailing zeros (a runway) are not visited: a frame all
+// of whose bytes are zero never verifies (type 0 is never written).
 func laterCommit(buf []byte, from int64, after uint64) (int64, uint64) {
 	end := int64(len(buf))
-	for off := from; off+frameHeaderLen <= end; {
+	stop := int64(nonZeroEnd(buf))
+	for off := from; off+frameHeaderLen <= end && off < stop; {
 		b := buf[off:]
 		n := int64(binary.LittleEndian.Uint32(b[0:]))
 		typ := b[8]
@@ -345,7 +400,10 @@ func laterCommit(buf []byte, from int64, after uint64) (int64, uint64) {
 // corruption, given laterCommit's marker for group g at offset off: the
 // marker is the damaged group's own (g is the group after the last
 // complete one), no commit marker follows it, and the damaged range holds
-// a whole 512-byte sector of zeros — a sector that never reached the disk.
+// a 512-byte sector of zeros (from the damage on, for the sector the
+// damage starts in) — a sector that never reached the disk — while the
+// damaged frame's length is one a crash can leave (chainsTo): not past
+// the marker, and no valid frames leading to the marker start inside it.
 // The flusher appends a group only after the previous one's sync returned,
 // so only the last group can be unsynced, and its pages may reach the disk
 // in any order before a power loss (found by the crashfs power-cut tests:
@@ -359,13 +417,80 @@ func unwrittenLastGroup(buf []byte, res scanResult, off int64, g uint64) bool {
 	if next, _ := laterCommit(buf, off+1, g); next >= 0 {
 		return false
 	}
-	var zero [512]byte
-	for s := (res.damageAt + 511) / 512 * 512; s+512 <= off; s += 512 {
-		if [512]byte(buf[s:s+512]) == zero {
+	// A crash zeroes whole sectors and changes no other byte, so what is
+	// left of the damaged frame's header is what was written, or zeros
+	// (a data frame's: the group's marker follows), and its length is
+	// the real one or smaller (bytes of it zeroed): its frame ends at or
+	// before the marker, and no valid frames leading to the marker start
+	// inside it. A header in one sector whose type byte was written is
+	// whole: the next frame starts where it says, with a type byte
+	// written or zero, and if valid frames lead from there to the marker,
+	// the marker's count and group CRC cover its CRC. A header that
+	// disagrees was changed. (Found by TestZeroRecordIsNotUnwritten and a
+	// bit-flip probe: a changed length or frame CRC in a group holding a
+	// record of zeros looked like an unwritten sector.)
+	d := res.damageAt
+	typ := buf[d+frameHeaderLen-1]
+	extent := d + frameHeaderLen + int64(binary.LittleEndian.Uint32(buf[d:]))
+	if (typ != 0 && typ != typeData) || extent > off {
+		return false
+	}
+	if ts := (d + frameHeaderLen - 1) / sectorSize * sectorSize; typ == 0 && !isZero(buf[max(ts, d):d+frameHeaderLen-1]) {
+		return false // the type byte's sector was written: it was zeroed since
+	}
+	seen := make([]bool, off-d+1) // frame starts already followed, in vain
+	for e := d + frameHeaderLen; e < extent; e++ {
+		if buf[e+frameHeaderLen-1] == typeData {
+			if _, ok := chainsTo(buf, e, off, seen, d); ok {
+				return false
+			}
+		}
+	}
+	if typ == typeData && d/sectorSize == (d+frameHeaderLen-1)/sectorSize {
+		if next := buf[extent+frameHeaderLen-1]; extent < off && next != 0 && next != typeData {
+			return false
+		}
+		if crcs, ok := chainsTo(buf, extent, off, seen, d); ok {
+			all := append(append(slices.Clone(res.pendingCRCs), binary.LittleEndian.Uint32(buf[d+4:])), crcs...)
+			c := decodeCommit(buf[off+frameHeaderLen : off+frameHeaderLen+commitPayloadLen])
+			if int(c.count) != len(all) || c.gcrc != groupCRC(all) {
+				return false
+			}
+		}
+	}
+	// The sector holding the start of the damage counts from there: its
+	// bytes before it are the previous group's, as written before (found
+	// by TestPowerCutSectors: the group's first, partial sector unwritten).
+	for s := res.damageAt / sectorSize * sectorSize; s+sectorSize <= off; s += sectorSize {
+		if isZero(buf[max(s, res.damageAt) : s+sectorSize]) {
 			return true
 		}
 	}
 	return false
+}
+
+// chainsTo reports whether valid data frames, back to back from e, end
+// exactly at off, and returns their CRCs. seen[x-base] marks the starts x
+// it followed before without reaching off (and is set for those it
+// follows now), so that a search over many starts parses each frame once.
+func chainsTo(buf []byte, e, off int64, seen []bool, base int64) ([]uint32, bool) {
+	var crcs []uint32
+	for e < off {
+		if seen[e-base] {
+			return nil, false
+		}
+		seen[e-base] = true
+		if off-e < frameHeaderLen || int64(binary.LittleEndian.Uint32(buf[e:])) > off-e-frameHeaderLen {
+			return nil, false
+		}
+		f, ok, _ := parseFrame(buf[e:off])
+		if !ok || f.typ != typeData {
+			return nil, false
+		}
+		crcs = append(crcs, f.crc)
+		e += int64(f.size)
+	}
+	return crcs, e == off
 }
 
 // skipFrameMax bounds the data frames laterCommit verifies and skips.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"wsfs/internal/vfs"
@@ -49,6 +50,7 @@ func writeGolden(t *testing.T) (seg, ckpt []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	seg = withoutRunway(t, seg) // zeros, not format
 	if err := WriteCheckpoint(mem, "/ckpt", 5, []byte("checkpoint payload")); err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +147,8 @@ func writeFuzzSeeds(t *testing.T, seg []byte) {
 func FuzzOpenSegment(f *testing.F) {
 	if b, err := os.ReadFile(goldenSeg); err == nil {
 		f.Add(b)
+		f.Add(append(slices.Clone(b), make([]byte, 4096)...))           // a runway
+		f.Add(append(slices.Clone(b[:len(b)-7]), make([]byte, 600)...)) // an append cut short in it
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsys, dir := memLog(t, [][]byte{data})

@@ -62,10 +62,13 @@ type Log struct {
 	logger *slog.Logger
 
 	// Owned by the single user goroutine.
-	segs     []segInfo // ascending seq; the last one is active
-	active   vfs.File  // open read-write on segs[len(segs)-1]
-	dirty    bool      // active has writes not yet covered by a successful SyncData
-	failed   error     // sticky *failedError; nil while healthy
+	segs   []segInfo // ascending seq; the last one is active
+	active vfs.File  // open read-write on segs[len(segs)-1]
+	// fileEnd is the length of the active segment's file: its last
+	// complete group's end plus the runway of zeros after it (runway.go).
+	fileEnd  int64
+	dirty    bool  // active has writes not yet covered by a successful SyncData
+	failed   error // sticky *failedError; nil while healthy
 	closed   bool
 	buf      []byte // reused frame buffer
 	repaired *TornTail
@@ -299,12 +302,13 @@ func (l *Log) openSegment(seq uint64, prev *segInfo, last bool) error {
 		l.segs = append(l.segs, info)
 		return nil
 	}
-	if res.validEnd != size {
+	clean := res.validEnd == size || runwayTail(buf, res)
+	if !clean {
 		if err := sc.checkTail(buf, res); err != nil {
 			return l.keepGood(seq, path, h.firstGroup, res, err)
 		}
 	}
-	return l.activate(info, res, size)
+	return l.activate(info, res, size, clean)
 }
 
 // segCheck is what openSegment knows of a segment while it checks it: its
@@ -387,12 +391,13 @@ func (sc *segCheck) checkTail(buf []byte, res scanResult) error {
 
 // activate makes the checked last segment (info; the file is size bytes)
 // the one appends go to, truncating a torn tail after its last complete
-// group and syncing the cut. Read-only, it only reports the torn tail.
-func (l *Log) activate(info segInfo, res scanResult, size int64) error {
+// group and syncing the cut; a clean segment (ending at its last group or
+// in a runway) is kept as it is. Read-only, it only reports the torn tail.
+func (l *Log) activate(info segInfo, res scanResult, size int64, clean bool) error {
 	path := info.path
 	if l.readOnly {
 		l.segs = append(l.segs, info)
-		if res.validEnd != size {
+		if !clean {
 			l.repaired = &TornTail{Segment: path, Offset: res.validEnd, DroppedBytes: size - res.validEnd, DroppedRecords: res.pendingRecords}
 		}
 		return nil
@@ -403,8 +408,9 @@ func (l *Log) activate(info segInfo, res scanResult, size int64) error {
 	}
 	l.active = f
 	l.segs = append(l.segs, info)
-	if res.validEnd == size {
-		return nil // clean tail
+	if clean {
+		l.fileEnd = size
+		return nil
 	}
 	if err := f.Truncate(res.validEnd); err != nil {
 		return fmt.Errorf("seglog: repair torn tail of %s: truncate to %d: %w", path, res.validEnd, err)
@@ -412,6 +418,7 @@ func (l *Log) activate(info segInfo, res scanResult, size int64) error {
 	if err := f.SyncData(); err != nil {
 		return fmt.Errorf("seglog: repair torn tail of %s: sync after truncate: %w", path, err)
 	}
+	l.fileEnd = res.validEnd
 	l.repaired = &TornTail{Segment: path, Offset: res.validEnd, DroppedBytes: size - res.validEnd, DroppedRecords: res.pendingRecords}
 	return nil
 }
@@ -447,6 +454,7 @@ func (l *Log) repairHeader(seq uint64, path string, first uint64, size int64) er
 		return fail("sync", err)
 	}
 	l.segs = append(l.segs, segInfo{seq: seq, path: path, first: first, last: first - 1, size: segHeaderLen})
+	l.fileEnd = segHeaderLen
 	l.repaired = &TornTail{Segment: path, Offset: segHeaderLen, DroppedBytes: size}
 	return nil
 }
@@ -488,6 +496,7 @@ func (l *Log) createSegment(seq, first uint64) error {
 		return fmt.Errorf("seglog: make new segment %s durable: %w", path, err)
 	}
 	l.active = f
+	l.fileEnd = segHeaderLen
 	l.segs = append(l.segs, segInfo{seq: seq, path: path, first: first, last: first - 1, size: segHeaderLen})
 	l.logger.Debug("seglog: new segment", "segment", path, "first_group", first)
 	return nil
@@ -545,7 +554,8 @@ func (l *Log) usable() error {
 // If the active segment has reached Options.SegmentSize, Append first
 // rolls over: it syncs the active segment (which becomes sealed), then
 // creates the next one and syncs its header and directory entry. That is
-// the only case in which Append syncs.
+// the only case in which Append syncs. A group that ends past the runway
+// extends it (runway.go), in a second write.
 //
 // A full filesystem (ENOSPC, EDQUOT) is the one failure that leaves the
 // Log usable: Append cuts the segment back to where the group began (or
@@ -594,9 +604,15 @@ func (l *Log) Append(records [][]byte) (uint64, error) {
 			if terr := l.active.Truncate(a.size); terr != nil {
 				return 0, l.fail(fmt.Errorf("%w; cutting the segment back to %d failed too: %v", err, a.size, terr))
 			}
+			l.fileEnd = a.size
 			return 0, &NoSpaceError{Segment: a.path, Err: err}
 		}
 		return 0, l.fail(err)
+	}
+	if end := a.size + int64(len(buf)); end > l.fileEnd {
+		if err := l.extendRunway(a.path, end, len(buf)); err != nil {
+			return 0, l.fail(err)
+		}
 	}
 	a.size += int64(len(buf))
 	a.last = group
@@ -608,10 +624,13 @@ func (l *Log) Append(records [][]byte) (uint64, error) {
 // filesystem is full, the half-created segment is removed and the old one
 // stays active (a *NoSpaceError; a later Append tries again).
 func (l *Log) rollover() error {
+	a := l.segs[len(l.segs)-1]
+	if err := l.dropRunway(a.path, a.size); err != nil {
+		return err
+	}
 	if err := l.Sync(); err != nil {
 		return err
 	}
-	a := l.segs[len(l.segs)-1]
 	sealed := l.active
 	if err := l.createSegment(a.seq+1, a.last+1); err != nil {
 		var ns *NoSpaceError

@@ -292,9 +292,27 @@ func buildLog(t testing.TB, segSize int64, groups [][][]byte) (segs [][]byte, gr
 		if err != nil {
 			t.Fatal(err)
 		}
-		segs = append(segs, b)
+		segs = append(segs, withoutRunway(t, b))
 	}
 	return segs, groupSeg, groupStart, groupEnd
+}
+
+// withoutRunway returns segment file b up to the end of its last complete
+// group, checking that only zeros (the runway) follow.
+func withoutRunway(t testing.TB, b []byte) []byte {
+	t.Helper()
+	h, status, reason := decodeHeader(b)
+	if status != headerOK {
+		t.Fatalf("segment header: %s", reason)
+	}
+	res, err := scanFrames("seg", b, h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !isZero(b[res.validEnd:]) {
+		t.Fatalf("segment has %d bytes after its last group that are not all zeros", int64(len(b))-res.validEnd)
+	}
+	return b[:res.validEnd]
 }
 
 // memLog writes segment contents into a fresh MemFS as segments 1..n.
@@ -336,44 +354,78 @@ func TestTornTailEveryOffset(t *testing.T) {
 			if gseg[last] != len(segs)-1 {
 				t.Fatal("last group not in last segment")
 			}
+			marker := gend[last] - (frameHeaderLen + commitPayloadLen)
 			for cut := gstart[last]; cut < gend[last]; cut++ {
-				torn := slices.Clone(segs)
-				torn[len(torn)-1] = torn[len(torn)-1][:cut]
-				fsys, dir := memLog(t, torn)
-				l, err := Open(fsys, dir, Options{SegmentSize: tc.segSize})
-				if err != nil {
-					t.Fatalf("cut at %d: Open: %v", cut, err)
-				}
-				rep := l.Repaired()
-				if cut == gstart[last] {
-					if rep != nil {
-						t.Fatalf("cut at a group boundary %d: reported repair %+v", cut, rep)
+				// The append stopped at cut at the end of the file, or in
+				// the runway (zeros follow). In the runway, past the
+				// marker's type byte, only at a sector boundary: zeros
+				// inside a written sector make a changed marker
+				// (TestRunwayZeroedMarkerEnd).
+				for _, runway := range []int64{0, 4096} {
+					if runway > 0 && cut > marker+frameHeaderLen-1 && cut%sectorSize != 0 {
+						continue
 					}
-				} else if rep == nil || rep.Offset != gstart[last] || rep.DroppedBytes != cut-gstart[last] {
-					t.Fatalf("cut at %d: Repaired = %+v, want Offset %d DroppedBytes %d", cut, rep, gstart[last], cut-gstart[last])
-				}
-				if got := replayAll(t, l, 0); !equalGroups(got, tc.groups[:last]) {
-					t.Fatalf("cut at %d: replayed %d groups, want the %d complete ones", cut, len(got), last)
-				}
-				st, err := fsys.Stat(filepath.Join(dir, segName(uint64(len(segs)))))
-				if err != nil || st.Size() != gstart[last] {
-					t.Fatalf("cut at %d: segment not truncated to %d: %v %v", cut, gstart[last], st, err)
-				}
-				// The repaired log takes the lost group's number again.
-				if g, err := l.Append(tc.groups[last]); err != nil || g != uint64(last+1) {
-					t.Fatalf("cut at %d: Append after repair = %d, %v", cut, g, err)
-				}
-				if err := l.Sync(); err != nil {
-					t.Fatal(err)
-				}
-				l.Close()
-				l2 := mustOpen(t, fsys, dir, Options{SegmentSize: tc.segSize})
-				if got := replayAll(t, l2, 0); !equalGroups(got, tc.groups) || l2.Repaired() != nil {
-					t.Fatalf("cut at %d: reopen after repair and append differs", cut)
+					checkTornAt(t, tc.segSize, tc.groups, segs, gstart[last], cut, runway)
 				}
 			}
 		})
 	}
+}
+
+// checkTornAt cuts the last group of the log segs (starting at gstart in
+// the last segment) at cut, followed by runway zeros, and checks that Open
+// keeps exactly the complete groups: it reports the repair (or a clean
+// end, when the bytes written of the last group are all zero: nothing of
+// it is there) and the repaired log takes the lost group's number again.
+func checkTornAt(t *testing.T, segSize int64, groups [][][]byte, segs [][]byte, gstart, cut, runway int64) {
+	t.Helper()
+	last := len(groups) - 1
+	torn := slices.Clone(segs)
+	torn[len(torn)-1] = append(slices.Clone(torn[len(torn)-1][:cut]), make([]byte, runway)...)
+	size := cut + runway
+	fsys, dir := memLog(t, torn)
+	l, err := Open(fsys, dir, Options{SegmentSize: segSize})
+	if err != nil {
+		t.Fatalf("cut at %d, runway %d: Open: %v", cut, runway, err)
+	}
+	rep := l.Repaired()
+	wantSize := gstart
+	if gend := int64(len(segs[len(segs)-1])); isZero(segs[len(segs)-1][cut:]) && size >= gend {
+		// The bytes not written are zeros in the group too (an empty
+		// group's commit marker ends in zeros): it is all there.
+		if got := replayAll(t, l, 0); rep != nil || !equalGroups(got, groups) {
+			t.Fatalf("cut at %d, runway %d: the group is complete, yet Repaired = %+v and %d groups", cut, runway, rep, len(got))
+		}
+		l.Close()
+		return
+	}
+	if isZero(torn[len(torn)-1][gstart:]) {
+		if rep != nil {
+			t.Fatalf("cut at %d, runway %d: only zeros after the last group, reported repair %+v", cut, runway, rep)
+		}
+		wantSize = size
+	} else if rep == nil || rep.Offset != gstart || rep.DroppedBytes != size-gstart {
+		t.Fatalf("cut at %d, runway %d: Repaired = %+v, want Offset %d DroppedBytes %d", cut, runway, rep, gstart, size-gstart)
+	}
+	if got := replayAll(t, l, 0); !equalGroups(got, groups[:last]) {
+		t.Fatalf("cut at %d, runway %d: replayed %d groups, want the %d complete ones", cut, runway, len(got), last)
+	}
+	st, err := fsys.Stat(filepath.Join(dir, segName(uint64(len(segs)))))
+	if err != nil || st.Size() != wantSize {
+		t.Fatalf("cut at %d, runway %d: segment is %v bytes, want %d: %v", cut, runway, st.Size(), wantSize, err)
+	}
+	if g, err := l.Append(groups[last]); err != nil || g != uint64(last+1) {
+		t.Fatalf("cut at %d, runway %d: Append after repair = %d, %v", cut, runway, g, err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l2 := mustOpen(t, fsys, dir, Options{SegmentSize: segSize})
+	if got := replayAll(t, l2, 0); !equalGroups(got, groups) || l2.Repaired() != nil {
+		t.Fatalf("cut at %d, runway %d: reopen after repair and append differs", cut, runway)
+	}
+	l2.Close()
 }
 
 // TestTornHeader: a crash while creating a segment leaves a last segment
@@ -491,20 +543,22 @@ func TestBitFlipLastSegment(t *testing.T) {
 	segs, _, _, _ := buildLog(t, 0, groups)
 	seg := segs[0]
 	starts := frameStarts(t, seg)
-	for i := int64(0); i < int64(len(seg)); i++ {
-		bad := slices.Clone(seg)
-		bad[i] ^= 0x10
-		fsys, dir := memLog(t, [][]byte{bad})
-		_, err := Open(fsys, dir, Options{})
-		var ce *CorruptError
-		if !errors.As(err, &ce) {
-			t.Fatalf("byte %d flipped: Open = %v, want *CorruptError", i, err)
-		}
-		if ce.Offset != damageOffset(starts, i) {
-			t.Fatalf("byte %d flipped: offset %d, want %d", i, ce.Offset, damageOffset(starts, i))
-		}
-		if after, _ := vfs.ReadFile(fsys, filepath.Join(dir, segName(1))); !bytes.Equal(after, bad) {
-			t.Fatalf("byte %d flipped: Open modified the segment", i)
+	for _, runway := range []int{0, 4096} { // the file ends there, or zeros follow
+		for i := int64(0); i < int64(len(seg)); i++ {
+			bad := append(slices.Clone(seg), make([]byte, runway)...)
+			bad[i] ^= 0x10
+			fsys, dir := memLog(t, [][]byte{bad})
+			_, err := Open(fsys, dir, Options{})
+			var ce *CorruptError
+			if !errors.As(err, &ce) {
+				t.Fatalf("runway %d, byte %d flipped: Open = %v, want *CorruptError", runway, i, err)
+			}
+			if ce.Offset != damageOffset(starts, i) {
+				t.Fatalf("runway %d, byte %d flipped: offset %d, want %d", runway, i, ce.Offset, damageOffset(starts, i))
+			}
+			if after, _ := vfs.ReadFile(fsys, filepath.Join(dir, segName(1))); !bytes.Equal(after, bad) {
+				t.Fatalf("runway %d, byte %d flipped: Open modified the segment", runway, i)
+			}
 		}
 	}
 }
@@ -545,54 +599,81 @@ func TestTailClassification(t *testing.T) {
 		torn    bool
 		corrupt int64 // offset, when not torn
 		says    string
+		// A marker cut inside a sector (not at its end) is torn at the
+		// end of the file only: in the runway, its zeros were written.
+		corruptInRunway bool
 	}{
-		{"marker-cut-short", seg[:marker+10], true, 0, ""},
-		{"marker-absent", seg[:marker], true, 0, ""},
-		{"marker-zeroed", zero(seg, marker, gend[last]), true, 0, ""},
+		{"marker-cut-short", seg[:marker+10], true, 0, "", true},
+		{"marker-absent", seg[:marker], true, 0, "", false},
+		{"marker-zeroed", zero(seg, marker, gend[last]), true, 0, "", false},
 		// A sector of the group unwritten and the marker not yet written.
-		{"unwritten-sector-in-group", zero(seg, sectorAfter, sectorAfter+sectorSize)[:marker], true, 0, ""},
-		{"zero-tail-after-last-group", append(slices.Clone(seg), make([]byte, 100)...), true, 0, ""},
-		{"marker-crc-flipped", flip(seg, marker+5), false, marker, "commit marker of group 4"},
-		{"marker-group-flipped", flip(seg, marker+frameHeaderLen), false, marker, "may have been acknowledged"},
-		{"marker-count-flipped", flip(seg, marker+frameHeaderLen+8), false, marker, "fails verification"},
-		{"marker-length-flipped-long", flip(seg, marker+2), false, marker, "length field"},
-		{"marker-length-flipped-short", flip(seg, marker), false, marker, "commit marker"},
+		{"unwritten-sector-in-group", zero(seg, sectorAfter, sectorAfter+sectorSize)[:marker], true, 0, "", false},
+
+		{"marker-crc-flipped", flip(seg, marker+5), false, marker, "commit marker of group 4", false},
+		{"marker-group-flipped", flip(seg, marker+frameHeaderLen), false, marker, "may have been acknowledged", false},
+		{"marker-count-flipped", flip(seg, marker+frameHeaderLen+8), false, marker, "fails verification", false},
+		{"marker-length-flipped-long", flip(seg, marker+2), false, marker, "length field", false},
+		{"marker-length-flipped-short", flip(seg, marker), false, marker, "commit marker", false},
 		// A complete frame of nonzero bytes that does not verify.
-		{"garbage-frame-after-last-group", append(append(slices.Clone(seg), 31, 0, 0, 0), bytes.Repeat([]byte{0xa5}, 36)...), false, gend[last], "changed since"},
-		{"record-flipped", flip(seg, gstart[last]+frameHeaderLen+3), false, gstart[last], "not a torn tail"},
+		{"garbage-frame-after-last-group", append(append(slices.Clone(seg), 31, 0, 0, 0), bytes.Repeat([]byte{0xa5}, 36)...), false, gend[last], "changed since", false},
+		{"record-flipped", flip(seg, gstart[last]+frameHeaderLen+3), false, gstart[last], "not a torn tail", false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fsys, dir := memLog(t, [][]byte{tc.seg})
-			l, err := Open(fsys, dir, Options{})
-			if tc.torn {
-				if err != nil {
-					t.Fatalf("Open = %v, want a torn-tail repair", err)
+		// Each case as the end of the file, and followed by zeros: in the
+		// runway, a tear looks the same with the file going on.
+		for _, runway := range []int{0, 100, 4096} {
+			t.Run(fmt.Sprintf("%s/runway-%d", tc.name, runway), func(t *testing.T) {
+				torn, corrupt, says := tc.torn, tc.corrupt, tc.says
+				if runway > 0 && tc.corruptInRunway {
+					torn, corrupt, says = false, marker, "may have been acknowledged"
 				}
-				defer l.Close()
-				want := gstart[last]
-				if tc.name == "zero-tail-after-last-group" {
-					want = gend[last]
-				}
-				if rep := l.Repaired(); rep == nil || rep.Offset != want {
-					t.Fatalf("Repaired = %+v, want truncation to %d", rep, want)
-				}
-				return
-			}
-			var ce *CorruptError
-			if !errors.As(err, &ce) || ce.Offset != tc.corrupt || !strings.Contains(err.Error(), tc.says) {
-				t.Fatalf("Open = %v, want *CorruptError at %d saying %q", err, tc.corrupt, tc.says)
-			}
-			if !strings.Contains(err.Error(), "wsfs fsck --repair") {
-				t.Fatalf("message does not name the repair command: %v", err)
-			}
-			wantEnd, wantGood := gstart[last], uint64(last)
-			if tc.corrupt >= gend[last] {
-				wantEnd, wantGood = gend[last], uint64(last+1)
-			}
-			if ce.GroupEnd != wantEnd || ce.LastGood != wantGood {
-				t.Fatalf("GroupEnd %d LastGood %d, want %d and %d", ce.GroupEnd, ce.LastGood, wantEnd, wantGood)
-			}
-		})
+				checkTail(t, append(slices.Clone(tc.seg), make([]byte, runway)...), torn, corrupt, says, gstart[last], gend[last], last)
+			})
+		}
+	}
+	// Zeros after the last complete group are a runway: a clean end.
+	for _, runway := range []int{1, 100, 4096} {
+		fsys, dir := memLog(t, [][]byte{append(slices.Clone(seg), make([]byte, runway)...)})
+		l := mustOpen(t, fsys, dir, Options{})
+		if rep := l.Repaired(); rep != nil || l.LastGroup() != uint64(last+1) {
+			t.Fatalf("runway of %d zeros: Repaired = %+v, last group %d, want a clean end at group %d", runway, rep, l.LastGroup(), last+1)
+		}
+		if g, err := l.Append(groups[0]); err != nil || g != uint64(last+2) {
+			t.Fatalf("runway of %d zeros: Append = %d, %v", runway, g, err)
+		}
+		l.Close()
+	}
+}
+
+// checkTail opens the single segment seg and checks the verdict on its
+// tail: torn (repaired to gstart, the last group's start) or a
+// *CorruptError at offset corrupt whose message contains says.
+func checkTail(t *testing.T, seg []byte, torn bool, corrupt int64, says string, gstart, gend int64, last int) {
+	t.Helper()
+	fsys, dir := memLog(t, [][]byte{seg})
+	l, err := Open(fsys, dir, Options{})
+	if torn {
+		if err != nil {
+			t.Fatalf("Open = %v, want a torn-tail repair", err)
+		}
+		defer l.Close()
+		if rep := l.Repaired(); rep == nil || rep.Offset != gstart {
+			t.Fatalf("Repaired = %+v, want truncation to %d", rep, gstart)
+		}
+		return
+	}
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Offset != corrupt || !strings.Contains(err.Error(), says) {
+		t.Fatalf("Open = %v, want *CorruptError at %d saying %q", err, corrupt, says)
+	}
+	if !strings.Contains(err.Error(), "wsfs fsck --repair") {
+		t.Fatalf("message does not name the repair command: %v", err)
+	}
+	wantEnd, wantGood := gstart, uint64(last)
+	if corrupt >= gend {
+		wantEnd, wantGood = gend, uint64(last+1)
+	}
+	if ce.GroupEnd != wantEnd || ce.LastGood != wantGood {
+		t.Fatalf("GroupEnd %d LastGood %d, want %d and %d", ce.GroupEnd, ce.LastGood, wantEnd, wantGood)
 	}
 }
 

@@ -1,6 +1,7 @@
 package seglog
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -135,23 +136,53 @@ func (t *Tail) Next(fn func(group uint64, records [][]byte) error) (int, error) 
 		}
 		t.first, t.off, t.last = h.firstGroup, segHeaderLen, h.firstGroup-1
 	}
+	// Read in windows (tailWindow, doubled while the groups go on), not
+	// to the end of the file: the active segment ends in a runway of up
+	// to runwayLen zeros, which would otherwise be read on every call.
 	size := st.Size()
-	if size <= t.off {
-		return 0, nil
+	groups := 0
+	for window := int64(tailWindow); t.off < size; {
+		want := min(window, size-t.off)
+		toEOF := want == size-t.off
+		n, atEnd, err := t.scan(f, want, fn)
+		groups += n
+		if err != nil || atEnd || toEOF {
+			return groups, err
+		}
+		if n == 0 || window < tailWindowMax {
+			window *= 2 // a group larger than the window, or catching up
+		}
 	}
+	return groups, nil
+}
+
+// tailWindow is the first read of Tail.Next, a few groups of a busy
+// workspace; it doubles up to tailWindowMax while the groups go on (a
+// reader catching up), and beyond while one group does not fit.
+const (
+	tailWindow    = 16 << 10
+	tailWindowMax = 16 << 20
+)
+
+// scan reads want bytes of f at t.off and hands out the complete groups
+// among them, advancing t.off past those fn accepted. atEnd is true when
+// the window reached the end of the file, or what follows the groups in it
+// is at least a frame header's worth of zeros (nothing written yet, or the
+// runway) or damage: reading more of the file now will not show another
+// group.
+func (t *Tail) scan(f vfs.File, want int64, fn func(group uint64, records [][]byte) error) (groups int, atEnd bool, err error) {
 	// Scan a synthetic segment: the header (saying the next group is
 	// t.last+1) followed by the bytes after what was consumed.
-	buf := make([]byte, segHeaderLen+size-t.off)
-	copy(buf, segHeader{seq: t.seq, firstGroup: t.last + 1}.encode())
+	h := segHeader{seq: t.seq, firstGroup: t.last + 1}
+	buf := make([]byte, segHeaderLen+want)
+	copy(buf, h.encode())
 	n, err := f.ReadAt(buf[segHeaderLen:], t.off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("seglog: read %s: %w", t.path, err)
+		return 0, true, fmt.Errorf("seglog: read %s: %w", t.path, err)
 	}
 	buf = buf[:segHeaderLen+n]
-	h := segHeader{seq: t.seq, firstGroup: t.last + 1}
-	groups := 0
 	var fnErr error
-	_, err = scanFrames(t.path, buf, h, func(g uint64, recs [][]byte) error {
+	res, err := scanFrames(t.path, buf, h, func(g uint64, recs [][]byte) error {
 		if err := fn(g, recs); err != nil {
 			fnErr = err
 			return err
@@ -164,8 +195,21 @@ func (t *Tail) Next(fn func(group uint64, records [][]byte) error) (int, error) 
 		err = fnErr
 	}
 	// Advance past the groups handed out (those fn accepted).
-	t.off += groupBytes(buf, h, groups)
-	return groups, err
+	consumed := groupBytes(buf, h, groups)
+	t.off += consumed
+	// Zeros say nothing more is written only where a whole frame header
+	// would be: a frame header's first bytes can be zeros (the low bytes
+	// of its length), and the window can end right after the groups.
+	rest := buf[segHeaderLen+consumed:]
+	atEnd = int64(n) < want || (len(rest) >= frameHeaderLen && isZero(rest)) ||
+		(res.damageAt >= 0 && !frameRunsPast(buf[res.damageAt:]))
+	return groups, atEnd, err
+}
+
+// frameRunsPast reports whether the frame at the start of b is cut short
+// by the end of b (it may be complete in the file).
+func frameRunsPast(b []byte) bool {
+	return len(b) < frameHeaderLen || int64(binary.LittleEndian.Uint32(b[0:])) > int64(len(b)-frameHeaderLen)
 }
 
 // groupBytes returns the length of the first n complete groups of buf

@@ -128,3 +128,25 @@ func TestEncodeDecodeSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTailWindowEndsAtGroup: Tail.Next hands out every complete group in
+// one call, also when its first read (tailWindow) ends exactly at the end
+// of a group, or a few bytes into the next group's first frame header
+// that happen to be zeros (the low bytes of a record length that is a
+// multiple of 256). It stopped there, as if only zeros followed, so that
+// LocalLast (the target of wsfs sync) fell short of groups already
+// acknowledged.
+func TestTailWindowEndsAtGroup(t *testing.T) {
+	for _, into := range []int{0, 1, 2} { // bytes of the next frame in the window
+		fsys, dir := vfs.NewCrashableMem(), "/log"
+		l := mustOpen(t, fsys, dir, Options{})
+		first := make([]byte, tailWindow-frameHeaderLen-(frameHeaderLen+commitPayloadLen)-into)
+		groups := [][][]byte{{first}, {make([]byte, 1<<16)}, {[]byte("third")}}
+		appendAll(t, l, 1, groups, true)
+		n, err := NewTail(fsys, dir, 1).Next(func(uint64, [][]byte) error { return nil })
+		if err != nil || n != len(groups) {
+			t.Fatalf("window ends %d bytes into group 2: Tail.Next handed out %d groups, %v; want %d", into, n, err, len(groups))
+		}
+		l.Close()
+	}
+}

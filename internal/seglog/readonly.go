@@ -32,16 +32,19 @@ var ErrChanged = errors.New("seglog: the log changed while it was read")
 // Errors wrapping ErrChanged: the log no longer covers after (segments
 // were deleted: read the newest checkpoint again), a listed segment
 // vanished, a sealed segment does not chain or verify, or damage in the
-// last segment is followed by a valid later commit marker. A *CorruptError
-// reports what no race produces: a commit marker that contradicts its
-// group; a last segment whose header is bad although bytes follow it, or
-// although it is the log's only segment and groups after a checkpoint
-// (after > 0) are needed; an existing log directory with no segment while
-// after > 0. (A segment being created holds only its header, which is
-// synced before any group goes in, and a log's previous segment is
-// deleted only once the next one's header is synced; a log never loses
-// its last segment, and `wsfs rm` renames the whole workspace directory
-// away.) A missing dir is an empty log.
+// last segment is followed by a valid later commit marker (not the
+// damaged group's own over an unwritten sector: a torn tail, which Open
+// drops, and which a power cut leaves until the log is opened again;
+// found by TestPowerCutSectors). A *CorruptError reports what no race
+// produces: a commit marker that contradicts its group; a last segment
+// whose header is bad although bytes follow it, or although it is the
+// log's only segment and groups after a checkpoint (after > 0) are needed;
+// an existing log directory with no segment while after > 0. (A segment
+// being created holds only its header, which is synced before any group
+// goes in, and a log's previous segment is deleted only once the next
+// one's header is synced; a log never loses its last segment, and `wsfs
+// rm` renames the whole workspace directory away.) A missing dir is an
+// empty log.
 func ReadCommitted(fsys vfs.FS, dir string, after uint64, fn func(group uint64, records [][]byte) error) (uint64, error) {
 	names, err := fsys.List(dir)
 	missing := errors.Is(err, fs.ErrNotExist)
@@ -128,7 +131,10 @@ func ReadCommitted(fsys vfs.FS, dir string, after uint64, fn func(group uint64, 
 			return after, changed("%s: sealed segment damaged or incomplete at offset %d", path, res.validEnd)
 		}
 		if isLast && res.damageAt >= 0 {
-			if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 {
+			// As in Open: the damaged group's own marker over a sector
+			// that never reached the disk (a power cut during its
+			// append) is a torn tail, not a later group.
+			if off, g := laterCommit(buf, res.damageAt+1, res.lastGroup); off >= 0 && !unwrittenLastGroup(buf, res, off, g) {
 				return after, changed("%s: damage at offset %d, yet a valid commit marker for group %d follows at offset %d",
 					path, res.damageAt, g, off)
 			}

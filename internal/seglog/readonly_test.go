@@ -69,7 +69,18 @@ func TestReadCommitted(t *testing.T) {
 			}},
 		{name: "next segment being created", after: 0, wantFirst: 1, wantLast: 40,
 			damage: func(t *testing.T, fsys vfs.FS, dir string, l *Log) {
-				seq, _ := parseSegName(filepath.Base(lastSegment(t, fsys, dir)))
+				last := lastSegment(t, fsys, dir)
+				seq, _ := parseSegName(filepath.Base(last))
+				// As rollover does: the runway is cut off before the
+				// next segment is created.
+				cut, err := fsys.OpenReadWrite(last)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := cut.Truncate(l.segs[len(l.segs)-1].size); err != nil {
+					t.Fatal(err)
+				}
+				cut.Close()
 				f, err := fsys.Create(filepath.Join(dir, segName(seq+1)))
 				if err != nil {
 					t.Fatal(err)

@@ -102,20 +102,6 @@ func flipAt(t *testing.T, fsys vfs.FS, path string, off int64) {
 	noErr(t, fl.Close())
 }
 
-func segFiles(t *testing.T, e *env) []string {
-	t.Helper()
-	dir := filepath.Join(e.opts.Dir, "log")
-	names, err := e.fs.List(dir)
-	noErr(t, err)
-	var out []string
-	for _, n := range names {
-		if strings.HasSuffix(n, ".seg") {
-			out = append(out, filepath.Join(dir, n))
-		}
-	}
-	return out
-}
-
 func TestFsckClean(t *testing.T) {
 	f := newFsckFixture(t, nil)
 	rep := f.check(t, true)
@@ -172,13 +158,11 @@ func TestFsckObjects(t *testing.T) {
 // TestFsckTornTail: a torn tail is a note, not damage; the mount repairs it.
 func TestFsckTornTail(t *testing.T) {
 	f := newFsckFixture(t, nil)
-	segs := segFiles(t, f.e)
+	segs := segments(t, f.e)
 	last := segs[len(segs)-1]
-	fl, err := f.e.fs.OpenReadWrite(last)
+	fl, err := f.e.fs.OpenReadWrite(last.Path)
 	noErr(t, err)
-	st, err := fl.Stat()
-	noErr(t, err)
-	noErr(t, fl.Truncate(st.Size()-7))
+	noErr(t, fl.Truncate(last.Size-7))
 	noErr(t, fl.Close())
 	rep := f.check(t, false)
 	only(t, rep, ProblemTornTail)
@@ -196,7 +180,7 @@ func TestFsckTornTail(t *testing.T) {
 // every group before the damage.
 func TestFsckCorruptGroup(t *testing.T) {
 	f := newFsckFixture(t, nil)
-	seg := segFiles(t, f.e)[0]
+	seg := segments(t, f.e)[0].Path
 	// Flip a byte of /small's inline content (group 3, after the root's
 	// setattr and the mkdir), so groups 1-2 survive.
 	b, err := f.e.fs.Open(seg)
@@ -267,7 +251,7 @@ func TestFsckCorruptCheckpoint(t *testing.T) {
 		if len(cks) == 0 {
 			t.Fatal("no checkpoint written")
 		}
-		if segs := segFiles(t, f.e); len(segs) != 1 {
+		if segs := segments(t, f.e); len(segs) != 1 {
 			t.Fatalf("want the log in one segment, got %d", len(segs))
 		}
 		flipAt(t, f.e.fs, cks[len(cks)-1].Path, 50)
@@ -315,8 +299,8 @@ func TestFsckLogBehindCheckpoint(t *testing.T) {
 	for _, mountFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("mount-tried-first=%v", mountFirst), func(t *testing.T) {
 			f := newFsckFixture(t, func(o *Options) { o.CheckpointBytes = 1 })
-			for _, s := range segFiles(t, f.e) {
-				noErr(t, f.e.fs.Rename(s, s+".aside"))
+			for _, s := range segments(t, f.e) {
+				noErr(t, f.e.fs.Rename(s.Path, s.Path+".aside"))
 			}
 			if mountFirst { // the mount creates a fresh segment 1, then refuses
 				if _, err := Open(f.e.opts); err == nil || !strings.Contains(err.Error(), "wsfs fsck --repair") {
@@ -354,7 +338,7 @@ func TestFsckDamageBeforeCheckpoint(t *testing.T) {
 	if rep.CheckpointGroup == 0 {
 		t.Fatal("no checkpoint")
 	}
-	seg := segFiles(t, f.e)[0]
+	seg := segments(t, f.e)[0].Path
 	flipAt(t, f.e.fs, seg, 40) // inside group 1's first frame
 	rep = f.check(t, false)
 	ps := only(t, rep, ProblemLog)
@@ -429,19 +413,18 @@ func TestFsckTempsInSnapshotsAndAgent(t *testing.T) {
 // keeps every earlier group.
 func TestFsckFlippedLastMarker(t *testing.T) {
 	f := newFsckFixture(t, nil)
-	segs := segFiles(t, f.e)
+	segs := segments(t, f.e)
 	last := segs[len(segs)-1]
-	st, err := f.e.fs.Stat(last)
-	noErr(t, err)
-	flipAt(t, f.e.fs, last, st.Size()-2) // inside the marker's group CRC
-	_, err = Open(f.e.opts)
+	end := last.Size                    // the groups end here; the runway's zeros follow
+	flipAt(t, f.e.fs, last.Path, end-2) // inside the marker's group CRC
+	_, err := Open(f.e.opts)
 	var ce *seglog.CorruptError
-	if !errors.As(err, &ce) || ce.Offset != st.Size()-25 || !strings.Contains(err.Error(), "may have been acknowledged") {
-		t.Fatalf("Open = %v, want a CorruptError at the marker (offset %d)", err, st.Size()-25)
+	if !errors.As(err, &ce) || ce.Offset != end-25 || !strings.Contains(err.Error(), "may have been acknowledged") {
+		t.Fatalf("Open = %v, want a CorruptError at the marker (offset %d)", err, end-25)
 	}
 	rep := f.check(t, false)
 	ps := only(t, rep, ProblemLog)
-	if !strings.Contains(ps[0].Where, fmt.Sprintf("offset %d", st.Size()-25)) {
+	if !strings.Contains(ps[0].Where, fmt.Sprintf("offset %d", end-25)) {
 		t.Fatalf("%+v", ps[0])
 	}
 	if _, err := Repair(f.opts(), rep, "/host/saved"); err != nil {
@@ -495,7 +478,7 @@ func BenchmarkCheck(b *testing.B) {
 // point does not stop the repair.
 func TestFsckNoCutBelowShipped(t *testing.T) {
 	f := newFsckFixture(t, nil)
-	seg := segFiles(t, f.e)[0]
+	seg := segments(t, f.e)[0].Path
 	b, err := f.e.fs.Open(seg)
 	noErr(t, err)
 	st, _ := b.Stat()

@@ -9,19 +9,15 @@ import (
 	"wsfs/internal/seglog"
 )
 
-// segments returns the paths of the workspace's log segments, oldest first.
-func segments(t *testing.T, e *env) []string {
+// segments returns the workspace's log segments, oldest first, with the
+// bytes of their complete groups (the active one's file goes on with its
+// runway of zeros).
+func segments(t *testing.T, e *env) []seglog.SegmentInfo {
 	t.Helper()
-	dir := filepath.Join(e.opts.Dir, "log")
-	names, err := e.fs.List(dir)
+	l, err := seglog.OpenReadOnly(e.fs, filepath.Join(e.opts.Dir, "log"))
 	noErr(t, err)
-	var out []string
-	for _, n := range names {
-		if filepath.Ext(n) == ".seg" {
-			out = append(out, filepath.Join(dir, n))
-		}
-	}
-	return out
+	defer l.Close()
+	return l.Segments()
 }
 
 // fillLog writes ten files, each in its own synced group.
@@ -41,11 +37,9 @@ func TestTornTailRepaired(t *testing.T) {
 	fillLog(t, e)
 	segs := segments(t, e)
 	last := segs[len(segs)-1]
-	fi, err := e.fs.Stat(last)
+	f, err := e.fs.OpenReadWrite(last.Path)
 	noErr(t, err)
-	f, err := e.fs.OpenReadWrite(last)
-	noErr(t, err)
-	noErr(t, f.Truncate(fi.Size()-3))
+	noErr(t, f.Truncate(last.Size-3))
 	noErr(t, f.Close())
 	w := e.open()
 	defer w.Close()
@@ -61,12 +55,10 @@ func TestCorruptLogRefused(t *testing.T) {
 	e.damaged = true // the test corrupts a group
 	fillLog(t, e)
 	seg := segments(t, e)[0]
-	fi, err := e.fs.Stat(seg)
-	noErr(t, err)
-	f, err := e.fs.OpenReadWrite(seg)
+	f, err := e.fs.OpenReadWrite(seg.Path)
 	noErr(t, err)
 	b := make([]byte, 1)
-	off := fi.Size() / 3
+	off := seg.Size / 3
 	_, err = f.ReadAt(b, off)
 	noErr(t, err)
 	b[0] ^= 0xff
