@@ -200,3 +200,47 @@ func TestMissingManifestIsCorrupt(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckpointRemovedAfterRestore: the checkpoint of a restored
+// workspace deleted (its log from group 1 then replays records that apply
+// only to the restored tree) is corrupt state to every command, as to
+// fsck: mount, diff and restore exit 4 saying to run wsfs fsck, and gc
+// exits 4 (once rereads show the log unchanged) and removes nothing.
+// Before, all of them exited 1.
+func TestCheckpointRemovedAfterRestore(t *testing.T) {
+	ctx := context.Background()
+	defer func(n int, d time.Duration) { markRetries, markRetryDelay = n, d }(markRetries, markRetryDelay)
+	markRetries, markRetryDelay = 3, time.Millisecond
+	home := newHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsckWrite(t, h, map[string][]byte{"x": []byte("in the snapshot")})
+	if code, out, errs := runCLI(ctx, "snapshot", "create", "--home", home, "ws"); code != exitOK {
+		t.Fatalf("snapshot: %d %s%s", code, out, errs)
+	}
+	fsckWrite(t, h, map[string][]byte{"y": []byte("after the snapshot")})
+	if code, out, errs := runCLI(ctx, "restore", "--home", home, "ws@1"); code != exitOK {
+		t.Fatalf("restore: %d %s%s", code, out, errs)
+	}
+	fsckWrite(t, h, map[string][]byte{"y": []byte("again, in the restored tree")}) // y exists in the log's own tree
+	cks, err := filepath.Glob(filepath.Join(h.WorkspaceDir("ws"), "checkpoint", "*.ckpt"))
+	if err != nil || len(cks) != 1 {
+		t.Fatalf("checkpoints %v %v, want one", cks, err)
+	}
+	if err := os.Remove(cks[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"diff", "ws@1"}, {"restore", "ws@1"}, {"gc"}, {"fsck", "ws"}} {
+		code, out, errs := runCLI(ctx, append(args, "--home", home)...)
+		if code != exitCorrupt || !strings.Contains(out+errs, "record") {
+			t.Errorf("%v without the restored workspace's checkpoint: exit %d, want %d naming the record\n%s%s", args, code, exitCorrupt, out, errs)
+		}
+	}
+	mp := filepath.Join(t.TempDir(), "mnt")
+	os.Mkdir(mp, 0o755)
+	if code, out := runProc(t, nil, "mount", "--home", home, "ws", mp); code != exitCorrupt || !strings.Contains(out, "wsfs fsck ws") {
+		t.Errorf("mount without the restored workspace's checkpoint: exit %d, want %d saying to run wsfs fsck\n%s", code, exitCorrupt, out)
+	}
+}

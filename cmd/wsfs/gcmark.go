@@ -130,8 +130,10 @@ func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) erro
 		}
 		// A missing pool object (a manifest of the checkpoint's tree) is
 		// no change of the log: nothing but gc removes objects.
+		// A record that does not apply may be a race with an online
+		// restore (a checkpoint read before it, groups read after it).
 		var mo *pool.MissingObjectError
-		if errors.As(err, &mo) || (!errors.Is(err, seglog.ErrChanged) && !errors.Is(err, fs.ErrNotExist)) {
+		if errors.As(err, &mo) || (!errors.Is(err, seglog.ErrChanged) && !errors.Is(err, workspace.ErrReplay) && !errors.Is(err, fs.ErrNotExist)) {
 			return err
 		}
 		if last == nil {
@@ -141,7 +143,7 @@ func markDurable(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) erro
 		time.Sleep(delay)
 		delay *= 2
 	}
-	if errors.Is(last, seglog.ErrChanged) && logState(fsys, dir) == before {
+	if (errors.Is(last, seglog.ErrChanged) || errors.Is(last, workspace.ErrReplay)) && logState(fsys, dir) == before {
 		return corruptError{fmt.Errorf("workspace %s: its log is damaged: it did not change in %d reads over %s, and still does not read consistently: %w",
 			dir, markRetries, time.Since(start).Round(time.Millisecond), last)}
 	}
@@ -206,7 +208,7 @@ func markOnce(fsys vfs.FS, p *pool.Pool, dir string, add func(objid.ID)) error {
 				err = tree.Apply(rec)
 			}
 			if err != nil {
-				return fmt.Errorf("workspace %s: group %d record %d: %w", dir, group, i, err)
+				return fmt.Errorf("workspace %s: group %d record %d: %w (%w)", dir, group, i, err, workspace.ErrReplay)
 			}
 		}
 		return nil

@@ -216,6 +216,8 @@ func classifyOpenError(name string, err error) error {
 		// restore's checkpoint names) is damaged or gone: corrupt data,
 		// as fsck reports it.
 		return corruptError{fmt.Errorf("workspace %s: %w. Run `wsfs fsck %s` to see what is affected", name, err, name)}
+	case errors.Is(err, workspace.ErrReplay):
+		return corruptError{fmt.Errorf("workspace %s: %w. Run `wsfs fsck %s` to see what is affected", name, err, name)}
 	case errors.Is(err, vfs.ErrLocked):
 		return preconditionError{err} // the engine's message names the lock and says what to do
 	case errors.As(err, &ce):

@@ -464,6 +464,13 @@ func (o Options) withDefaults() (Options, uint8, error) {
 	return o, uint8(shift), nil
 }
 
+// ErrReplay is wrapped by the error of Open (and of gc's own replay) when
+// a committed record, whose checksum verified, does not apply to the tree
+// recovered so far: the checkpoint the log continues is missing or is not
+// the one it follows (after a restore or fork the log's earlier groups
+// describe an older tree). Corrupt state: wsfs fsck names it.
+var ErrReplay = errors.New("a committed record does not apply to the recovered tree")
+
 // recover rebuilds the tree and its durable shadow from the latest
 // checkpoint and the log after it, and opens the log (w.log, set also on
 // error so the caller can close it). It reports whether the workspace is
@@ -515,7 +522,7 @@ func (w *Workspace) recover() (fresh bool, err error) {
 				}
 			}
 			if err != nil {
-				return fmt.Errorf("replay group %d record %d: %w", group, i, err)
+				return fmt.Errorf("replay group %d record %d: %w (%w)", group, i, err, ErrReplay)
 			}
 			w.sinceCkpt += int64(len(data))
 			replayed++
