@@ -402,8 +402,7 @@ func laterCommit(buf []byte, from int64, after uint64) (int64, uint64) {
 // complete one), no commit marker follows it, and the damaged range holds
 // a 512-byte sector of zeros (from the damage on, for the sector the
 // damage starts in) — a sector that never reached the disk — while the
-// damaged frame's length is one a crash can leave (chainsTo): not past
-// the marker, and no valid frames leading to the marker start inside it.
+// damaged frame's header is what a crash can leave of one (see below).
 // The flusher appends a group only after the previous one's sync returned,
 // so only the last group can be unsynced, and its pages may reach the disk
 // in any order before a power loss (found by the crashfs power-cut tests:
