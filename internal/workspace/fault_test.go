@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -209,4 +210,28 @@ func syncAfterSpaceFreed(w *Workspace) error {
 		}
 	}
 	return err
+}
+
+// TestUnsavedDataNamesItsFile: when the data of a file still open for
+// writing cannot be published at Close (or before an online restore)
+// because the pool's filesystem is full, the error names the file and
+// what to do, and still wraps ENOSPC (review of 2026-12-03: it said only
+// "pool: put ID: ENOSPC").
+func TestUnsavedDataNamesItsFile(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	inj := &armed{}
+	e := newEnv(t, errorfs.Wrap(mem, inj), "/host")
+	smallLimits(e)
+	w := e.open()
+	d := A(t)(w.Mkdir(RootIno, "dir", 0o755, me))
+	v := A(t)(w.Create(d.Ino, "victim", 0o644, me))
+	h := H(t)(w.OpenFile(v.Ino, syscall.O_RDWR))
+	if _, err := h.WriteAt(pattern(300, 7), 0); err != nil { // above InlineMax: published as an object
+		t.Fatal(err)
+	}
+	inj.r.Store(errorfs.Always(errorfs.OpWrite, "/pool/tmp/", syscall.ENOSPC))
+	err := w.Close()
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "/dir/victim") || !strings.Contains(err.Error(), "free space") {
+		t.Fatalf("Close with the pool full = %v; want ENOSPC naming /dir/victim and what to do", err)
+	}
 }

@@ -923,16 +923,32 @@ func (w *Workspace) ForEachObject(fn func(objid.ID)) {
 // each one's last close would) and returns the failures, one per inode.
 // The caller holds the operation gate exclusively (Close, ReplaceTree), so
 // no operation changes an inode meanwhile.
+//
+// Each error names the file whose data could not be published (the first
+// of its paths, or its inode number), so that an operator facing a full
+// disk knows which file holds the data a restore or an unmount waits for.
 func (w *Workspace) flushAllLocked() []error {
 	var errs []error
+	var failed []namespace.Ino
 	for _, n := range w.tree.Inodes() {
 		n.Mu.Lock()
 		if lv := liveOf(n); lv != nil && lv.dirty != nil && n.Nlink > 0 && !n.Dropped {
 			if err := w.flushLocked(n); err != nil {
 				errs = append(errs, err)
+				failed = append(failed, n.Ino)
 			}
 		}
 		n.Mu.Unlock()
+	}
+	if len(errs) > 0 {
+		paths := pathsOf(w.tree) // the gate is held exclusively: the tree is still
+		for i, ino := range failed {
+			name := fmt.Sprintf("inode %d", ino)
+			if p := paths[ino]; len(p) > 0 {
+				name = p[0]
+			}
+			errs[i] = fmt.Errorf("the data written to %s could not be saved (free space on the pool's filesystem, or remove or truncate the file, and try again): %w", name, errs[i])
+		}
 	}
 	return errs
 }
