@@ -82,6 +82,18 @@ func TestFsckDamageThenMount(t *testing.T) {
 			flipFile(t, p, 100)
 			return []string{objid.Sum(big1).String(), "/big1"}
 		}, exitCorrupt, false, func() map[string]string { m := without(); m["big1"] = eio; return m }()},
+		// Found presence-only by the review of 2026-12-03: fsck without
+		// --verify-data took the directory for the object.
+		{"object replaced by a directory", false, func(t *testing.T, h *host.Host) []string {
+			p := objPath(t, h, objid.Sum(big1))
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(p, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"object-corrupt", "not a file", objid.Sum(big1).String(), "/big1"}
+		}, exitCorrupt, false, func() map[string]string { m := without(); m["big1"] = eio; return m }()},
 		{"object deleted", false, func(t *testing.T, h *host.Host) []string {
 			p := objPath(t, h, objid.Sum(big1))
 			if err := os.Remove(p); err != nil {

@@ -379,7 +379,7 @@ func check(opts CheckOptions) (*Report, error) {
 		sort.Strings(affected)
 		affected = compactStrings(affected)
 		path := opts.Pool.Path(id)
-		_, serr := opts.FS.Stat(path)
+		fi, serr := opts.FS.Stat(path)
 		switch {
 		case errors.Is(serr, fs.ErrNotExist) && opts.NotFetched != nil && opts.NotFetched(id):
 			rep.NotFetched++
@@ -391,6 +391,11 @@ func check(opts CheckOptions) (*Report, error) {
 			continue
 		case serr != nil:
 			return nil, fmt.Errorf("workspace: check object %s: %w", id, serr)
+		case !fi.Mode().IsRegular():
+			add(Problem{Kind: ProblemObjectCorrupt, Where: path, Object: id, Paths: affected,
+				What: fmt.Sprintf("pool object %s is not a file (%s)", id, fi.Mode().Type()),
+				Do:   "move it out of the pool (wsfs did not make it); the mount still works and reading these files gives EIO; then write the original content again (a Put of the same bytes recreates the object for every workspace), restore the files from a backup, or delete them"})
+			continue
 		}
 		if !opts.VerifyData {
 			continue
