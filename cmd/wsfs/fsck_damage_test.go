@@ -280,14 +280,7 @@ func TestFsckDamagedCheckpointLogDoesNotReplay(t *testing.T) {
 	}
 	unlink := func(name string) {
 		t.Helper()
-		p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ws, _ := openHostWorkspace(t, h)
 		if err := ws.Unlink(workspace.RootIno, name); err != nil {
 			t.Fatal(err)
 		}

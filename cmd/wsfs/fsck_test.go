@@ -16,9 +16,9 @@ import (
 	"wsfs/internal/workspace"
 )
 
-// fsckWrite writes files into workspace ws of the host directly (no
-// mount) and closes it.
-func fsckWrite(t *testing.T, h *host.Host, files map[string][]byte) {
+// openHostWorkspace opens the host's pool and its workspace ws directly
+// (no daemon; the caller closes the workspace).
+func openHostWorkspace(t *testing.T, h *host.Host) (*workspace.Workspace, *pool.Pool) {
 	t.Helper()
 	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
 	if err != nil {
@@ -28,6 +28,14 @@ func fsckWrite(t *testing.T, h *host.Host, files map[string][]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ws, p
+}
+
+// fsckWrite writes files into workspace ws of the host directly (no
+// mount) and closes it.
+func fsckWrite(t *testing.T, h *host.Host, files map[string][]byte) {
+	t.Helper()
+	ws, _ := openHostWorkspace(t, h)
 	for name, data := range files {
 		a, err := ws.Create(workspace.RootIno, name, 0o644, workspace.Caller{})
 		if err != nil {

@@ -158,14 +158,7 @@ func gcHost(t *testing.T) (home string, h *host.Host, keptPath, garbagePath stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws, p := openHostWorkspace(t, h)
 	kept := bytes.Repeat([]byte("K"), 300_000)
 	writeFile(t, ws, "big", kept)
 	if err := ws.Close(); err != nil {
