@@ -141,7 +141,7 @@ func (t *Tail) Next(fn func(group uint64, records [][]byte) error) (int, error) 
 	// to runwayLen zeros, which would otherwise be read on every call.
 	size := st.Size()
 	groups := 0
-	for window := int64(tailWindow); t.off < size; {
+	for window := tailWindow; t.off < size; {
 		want := min(window, size-t.off)
 		toEOF := want == size-t.off
 		n, atEnd, err := t.scan(f, want, fn)
@@ -159,9 +159,10 @@ func (t *Tail) Next(fn func(group uint64, records [][]byte) error) (int, error) 
 // tailWindow is the first read of Tail.Next, a few groups of a busy
 // workspace; it doubles up to tailWindowMax while the groups go on (a
 // reader catching up), and beyond while one group does not fit.
-const (
-	tailWindow    = 16 << 10
-	tailWindowMax = 16 << 20
+// (Variables so that FuzzTailAgrees can make windows small.)
+var (
+	tailWindow    int64 = 16 << 10
+	tailWindowMax int64 = 16 << 20
 )
 
 // scan reads want bytes of f at t.off and hands out the complete groups

@@ -140,7 +140,7 @@ func TestTailWindowEndsAtGroup(t *testing.T) {
 	for _, into := range []int{0, 1, 2} { // bytes of the next frame in the window
 		fsys, dir := vfs.NewCrashableMem(), "/log"
 		l := mustOpen(t, fsys, dir, Options{})
-		first := make([]byte, tailWindow-frameHeaderLen-(frameHeaderLen+commitPayloadLen)-into)
+		first := make([]byte, int(tailWindow)-frameHeaderLen-(frameHeaderLen+commitPayloadLen)-into)
 		groups := [][][]byte{{first}, {make([]byte, 1<<16)}, {[]byte("third")}}
 		appendAll(t, l, 1, groups, true)
 		n, err := NewTail(fsys, dir, 1).Next(func(uint64, [][]byte) error { return nil })

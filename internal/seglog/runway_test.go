@@ -30,7 +30,7 @@ func fileSize(t *testing.T, fsys vfs.FS, path string) int64 {
 func TestRunway(t *testing.T) {
 	fsys, dir := vfs.NewCrashableMem(), "/log"
 	groups := genGroups(31, 5, 3, 100)
-	big := [][]byte{bytes.Repeat([]byte{7}, 3*tailWindow+5)} // larger than Tail's first read
+	big := [][]byte{bytes.Repeat([]byte{7}, 3*int(tailWindow)+5)} // larger than Tail's first read
 	groups = append(groups, big)
 	seg1 := filepath.Join(dir, segName(1))
 
