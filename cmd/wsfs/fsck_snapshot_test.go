@@ -87,14 +87,12 @@ func TestFsckSnapshots(t *testing.T) {
 	}
 }
 
-// TestDamagedSnapshotEntryExitCode: a damaged snapshot catalog entry is
-// corrupt data to every command that meets it, exit 4 with the message
-// naming the entry and the repair: not exit 4 from 'snapshot ls' and exit
-// 1 from fork, diff, restore (of that snapshot) and gc, which read the
-// same entry.
-func TestDamagedSnapshotEntryExitCode(t *testing.T) {
+// snapHostWithSnapshots is snapHost with n snapshots of ws taken (ws@1 to
+// ws@n); it returns the home and the opened host.
+func snapHostWithSnapshots(t *testing.T, n int) (string, *host.Host) {
+	t.Helper()
 	home, _ := snapHost(t)
-	for range 2 {
+	for range n {
 		if code, out, errs := snapRun("snapshot", "create", "ws", "--home", home); code != 0 {
 			t.Fatalf("snapshot create: %d %s %s", code, out, errs)
 		}
@@ -103,6 +101,16 @@ func TestDamagedSnapshotEntryExitCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return home, h
+}
+
+// TestDamagedSnapshotEntryExitCode: a damaged snapshot catalog entry is
+// corrupt data to every command that meets it, exit 4 with the message
+// naming the entry and the repair: not exit 4 from 'snapshot ls' and exit
+// 1 from fork, diff, restore (of that snapshot) and gc, which read the
+// same entry.
+func TestDamagedSnapshotEntryExitCode(t *testing.T) {
+	home, h := snapHostWithSnapshots(t, 2)
 	if err := os.WriteFile(filepath.Join(snapshot.Dir(h.WorkspaceDir("ws")), "00000000000000000001.snap"), []byte("torn"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -128,16 +136,7 @@ func TestDamagedSnapshotEntryExitCode(t *testing.T) {
 // a directory" and 'snapshot rm' refused too, leaving no way out but
 // editing the state directory by hand.
 func TestSnapshotEntryReplacedByDirectory(t *testing.T) {
-	home, _ := snapHost(t)
-	for range 2 {
-		if code, out, errs := snapRun("snapshot", "create", "ws", "--home", home); code != 0 {
-			t.Fatalf("snapshot create: %d %s %s", code, out, errs)
-		}
-	}
-	h, err := host.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	home, h := snapHostWithSnapshots(t, 2)
 	entry := filepath.Join(snapshot.Dir(h.WorkspaceDir("ws")), "00000000000000000001.snap")
 	if err := os.Remove(entry); err != nil {
 		t.Fatal(err)

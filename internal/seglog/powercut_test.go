@@ -212,8 +212,8 @@ func TestPowerCutSectors(t *testing.T) {
 			opts := Options{SegmentSize: int64(2048 + r.IntN(8192))}
 			cuts := 2 // crash images per operation
 			if seed == 4 {
-				// The whole 1 MiB runway (fewer groups and images:
-				// every image holds it).
+				// The whole runway, not capped by a small segment
+				// size (fewer groups and images: every image holds it).
 				opts.SegmentSize, groups, cuts = 0, groups[:6], 1
 			}
 			mem := vfs.NewCrashableMem()
