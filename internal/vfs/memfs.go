@@ -66,7 +66,8 @@ type MemFS struct {
 		root  *memNode
 		locks map[string]bool // cleaned path -> held
 	}
-	hook atomic.Pointer[func(op Op, path string)]
+	hook    atomic.Pointer[func(op Op, path string)]
+	hooking atomic.Int64 // calls of a hook running (SetHook waits for 0)
 }
 
 // memNode is an inode. All fields are guarded by MemFS.mu.
@@ -117,16 +118,24 @@ func newFile(perm os.FileMode) *memNode {
 // affected path (the new name for Rename and Link). fn runs outside MemFS's
 // lock, so it may call CrashClone or any other method; when several
 // goroutines use the FS, hooks of concurrent operations may interleave.
-// A nil fn removes the hook.
+// A nil fn removes the hook. SetHook returns once no call of the hook it
+// replaced is running any more (calls the hook makes itself included), so
+// that what a hook records can be read after SetHook(nil) without racing
+// with a goroutine of the code under test still inside it.
 func (m *MemFS) SetHook(fn func(op Op, path string)) {
 	if fn == nil {
 		m.hook.Store(nil)
-		return
+	} else {
+		m.hook.Store(&fn)
 	}
-	m.hook.Store(&fn)
+	for m.hooking.Load() > 0 {
+		time.Sleep(50 * time.Microsecond)
+	}
 }
 
 func (m *MemFS) notify(op Op, path string) {
+	m.hooking.Add(1)
+	defer m.hooking.Add(-1)
 	if h := m.hook.Load(); h != nil {
 		(*h)(op, path)
 	}
