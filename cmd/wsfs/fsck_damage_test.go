@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"wsfs/internal/host"
 	"wsfs/internal/objid"
@@ -316,5 +317,71 @@ func TestFsckDamagedCheckpointLogDoesNotReplay(t *testing.T) {
 	runCLI(ctx, "fsck", "--home", home, "--repair", "ws")
 	if got, err := os.ReadFile(cks[0]); err != nil || !bytes.Equal(got, b) {
 		t.Errorf("fsck --repair removed or changed the damaged checkpoint the log cannot replace: %v", err)
+	}
+}
+
+// TestStateFileNotRegular: a directory or a FIFO where wsfs keeps one of
+// its files (a segment, the host config, the pool's format name, the host
+// identity) is damage: exit 4, naming the path and what to do, at once.
+// Before, a directory gave exit 1 without advice, and a FIFO blocked every
+// command in open(2) for ever (SIGTERM did not stop it).
+func TestStateFileNotRegular(t *testing.T) {
+	home := newHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsckWrite(t, h, map[string][]byte{"a": []byte("acknowledged")})
+	segs, err := filepath.Glob(filepath.Join(h.WorkspaceDir("ws"), "log", "*.seg"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("segments of ws: %v, %v", segs, err)
+	}
+	for _, path := range []string{
+		segs[0],
+		filepath.Join(home, host.ConfigFile),
+		filepath.Join(h.PoolDir(), "format"),
+		filepath.Join(h.StateDir(), host.IDFile),
+	} {
+		for _, kind := range []string{"directory", "FIFO"} {
+			t.Run(filepath.Base(path)+"/"+kind, func(t *testing.T) {
+				saved := path + ".saved"
+				if err := os.Rename(path, saved); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					os.Remove(path)
+					if err := os.Rename(saved, path); err != nil {
+						t.Fatal(err)
+					}
+				})
+				if kind == "directory" {
+					err = os.Mkdir(path, 0o700)
+				} else {
+					err = syscall.Mkfifo(path, 0o600)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				type result struct {
+					code      int
+					out, errs string
+				}
+				done := make(chan result, 1)
+				go func() {
+					code, out, errs := runCLI(context.Background(), "gc", "--home", home)
+					done <- result{code, out, errs}
+				}()
+				var r result
+				select {
+				case r = <-done:
+				case <-time.After(time.Minute):
+					t.Fatalf("gc with a %s at %s did not return within a minute", kind, path)
+				}
+				code, out, errs := r.code, r.out, r.errs
+				if code != exitCorrupt || !strings.Contains(errs, path+" is a "+kind) || !strings.Contains(errs, "move it aside") {
+					t.Errorf("gc with a %s at %s: exit %d, want %d naming it and what to do\n%s%s", kind, path, code, exitCorrupt, out, errs)
+				}
+			})
+		}
 	}
 }

@@ -27,7 +27,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -157,7 +156,7 @@ func Open(home string) (*Host, error) {
 		return nil, fmt.Errorf("host %s: %w", home, err)
 	}
 	cfgPath := filepath.Join(abs, ConfigFile)
-	f, err := vfs.Default.Open(cfgPath)
+	data, err := vfs.ReadFile(vfs.Default, cfgPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w at %s: run `wsfs init --home %s`", ErrNoHost, home, home)
 	}
@@ -171,11 +170,6 @@ func Open(home string) (*Host, error) {
 		return nil, fmt.Errorf("%w: the host at %s is private to %s (its config %s cannot be read by uid %d): run wsfs as that user (the one that runs its daemons, root in production)",
 			ErrNotOwner, home, owner, cfgPath, os.Geteuid())
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read host config: %w", err)
-	}
-	data, err := io.ReadAll(f)
-	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("read host config %s: %w", cfgPath, err)
 	}

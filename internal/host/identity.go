@@ -37,7 +37,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path/filepath"
 	"slices"
@@ -95,15 +94,10 @@ func newID() (string, error) {
 
 // readJSON reads a small JSON file; a missing file is (false, nil).
 func readJSON(path string, v any) (bool, error) {
-	f, err := vfs.Default.Open(path)
+	data, err := vfs.ReadFile(vfs.Default, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
 		return false, fmt.Errorf("read %s: %w", path, err)
 	}

@@ -246,14 +246,9 @@ const formatPrefix = "wsfs-pool-layout "
 // once both publish the same content; either rename wins.
 func (p *Pool) checkFormat(names []string) error {
 	path := filepath.Join(p.dir, formatName)
-	f, err := p.fs.Open(path)
+	b, err := vfs.ReadFile(p.fs, path)
 	switch {
 	case err == nil:
-		b, rerr := io.ReadAll(io.LimitReader(f, 256))
-		f.Close()
-		if rerr != nil {
-			return fmt.Errorf("pool: open %s: read %s: %w", p.dir, path, rerr)
-		}
 		if string(b) != formatContent {
 			got := strings.TrimSpace(string(b))
 			if v, ok := strings.CutPrefix(got, formatPrefix); !ok || !isDecimal(v) {

@@ -87,8 +87,26 @@ func (osFS) CreateExcl(name string, perm os.FileMode) (File, error) {
 	return wrap(os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, perm))
 }
 
+// Open opens name with O_NONBLOCK, so that a FIFO in its place cannot block
+// the caller forever, then refuses anything but a regular file or a
+// directory (NotRegularError) and clears O_NONBLOCK again.
 func (osFS) Open(name string) (File, error) {
-	return wrap(os.OpenFile(name, os.O_RDONLY|unix.O_CLOEXEC, 0))
+	f, err := os.OpenFile(name, os.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+		err = &NotRegularError{Path: name, Mode: fi.Mode()}
+	}
+	if err == nil {
+		err = unix.SetNonblock(int(f.Fd()), false)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return osFile{f}, nil
 }
 
 func (osFS) OpenReadWrite(name string) (File, error) {

@@ -139,7 +139,8 @@ func MkdirAllDurable(fsys FS, dir string, perm os.FileMode) error {
 }
 
 // ReadFile reads the whole file at path (shorter than its size at open if
-// it shrank meanwhile).
+// it shrank meanwhile). Anything but a regular file at path is a
+// NotRegularError.
 func ReadFile(fsys FS, path string) ([]byte, error) {
 	f, err := fsys.Open(path)
 	if err != nil {
@@ -149,6 +150,9 @@ func ReadFile(fsys FS, path string) ([]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &NotRegularError{Path: path, Mode: st.Mode()}
 	}
 	buf := make([]byte, st.Size())
 	n, err := f.ReadAt(buf, 0)
