@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"wsfs/internal/host"
 	"wsfs/internal/objid"
+	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
+	"wsfs/internal/workspace"
 )
 
 // TestDamagedLogKeepsItsObjects: a workspace whose log has lost groups
@@ -242,5 +246,74 @@ func TestCheckpointRemovedAfterRestore(t *testing.T) {
 	os.Mkdir(mp, 0o755)
 	if code, out := runProc(t, nil, "mount", "--home", home, "ws", mp); code != exitCorrupt || !strings.Contains(out, "wsfs fsck ws") {
 		t.Errorf("mount without the restored workspace's checkpoint: exit %d, want %d saying to run wsfs fsck\n%s", code, exitCorrupt, out)
+	}
+}
+
+// TestDamagedMiddleSegment: a flipped byte inside a sealed segment between
+// two others (a multi-segment log; the default segment is 64 MiB, so the
+// workspace is written here with 2 KiB segments) is corruption to every
+// command: exit 4 naming that segment, and gc removes no pool object (the
+// groups after the damage still reference theirs).
+func TestDamagedMiddleSegment(t *testing.T) {
+	defer func(n int, d time.Duration) { markRetries, markRetryDelay = n, d }(markRetries, markRetryDelay)
+	markRetries, markRetryDelay = 3, time.Millisecond
+	ctx := context.Background()
+	home := newHost(t)
+	h, err := host.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p, SegmentSize: 2 << 10, CheckpointBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if err := putFile(ws, fmt.Sprintf("f%02d", i), randBytes(uint64(i), 70_000)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ws.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ws.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, err := filepath.Glob(filepath.Join(h.WorkspaceDir("ws"), "log", "*.seg"))
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("want at least 3 segments, got %v (%v)", segs, err)
+	}
+	sort.Strings(segs)
+	middle := segs[len(segs)/2]
+	b, err := os.ReadFile(middle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(middle, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objects := func() int {
+		n := 0
+		filepath.WalkDir(filepath.Join(h.PoolDir(), "objects"), func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	before := objects()
+	for _, args := range [][]string{{"fsck", "ws"}, {"gc"}, {"snapshot", "create", "ws"}} {
+		code, out, errs := runCLI(ctx, append(args, "--home", home)...)
+		if code != exitCorrupt || !strings.Contains(out+errs, filepath.Base(middle)) {
+			t.Errorf("%v with a flipped byte in %s: exit %d, want %d naming the segment\n%s%s", args, middle, code, exitCorrupt, out, errs)
+		}
+	}
+	if after := objects(); after != before {
+		t.Errorf("gc removed %d of %d pool objects of a workspace with a damaged middle segment", before-after, before)
 	}
 }
