@@ -17,14 +17,19 @@ import (
 )
 
 // openHostWorkspace opens the host's pool and its workspace ws directly
-// (no daemon; the caller closes the workspace).
-func openHostWorkspace(t *testing.T, h *host.Host) (*workspace.Workspace, *pool.Pool) {
+// (no daemon; the caller closes the workspace), with opts applied to the
+// workspace options.
+func openHostWorkspace(t *testing.T, h *host.Host, opts ...func(*workspace.Options)) (*workspace.Workspace, *pool.Pool) {
 	t.Helper()
 	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p})
+	o := workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p}
+	for _, f := range opts {
+		f(&o)
+	}
+	ws, err := workspace.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"wsfs/internal/host"
 	"wsfs/internal/objid"
-	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 	"wsfs/internal/workspace"
@@ -263,14 +262,7 @@ func TestDamagedMiddleSegment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := pool.Open(vfs.Default, h.PoolDir(), pool.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := workspace.Open(workspace.Options{Dir: h.WorkspaceDir("ws"), Pool: p, SegmentSize: 2 << 10, CheckpointBytes: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws, _ := openHostWorkspace(t, h, func(o *workspace.Options) { o.SegmentSize, o.CheckpointBytes = 2<<10, 1<<30 })
 	for i := range 40 {
 		if err := putFile(ws, fmt.Sprintf("f%02d", i), randBytes(uint64(i), 70_000)); err != nil {
 			t.Fatal(err)
