@@ -141,8 +141,10 @@ func (osFS) RemoveAll(name string) error { return os.RemoveAll(name) }
 
 func (osFS) MkdirAll(name string, perm os.FileMode) error { return os.MkdirAll(name, perm) }
 
+// List opens dir with O_DIRECTORY: anything else at dir (a FIFO above all,
+// which a plain open would block on) is ENOTDIR at once.
 func (osFS) List(dir string) ([]string, error) {
-	f, err := os.Open(dir)
+	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -30,22 +30,16 @@ func TestNotRegular(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	done := make(chan error, 1)
-	go func() {
-		_, err := ReadFile(Default, fifo)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		var nr *NotRegularError
-		if !errors.As(err, &nr) || !errors.Is(err, ErrNotRegular) || nr.Path != fifo {
-			t.Fatalf("ReadFile of a FIFO: %v, want a NotRegularError for %s", err, fifo)
-		}
-		if want := fifo + " is a FIFO"; !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "move it aside") {
-			t.Errorf("message %q: want %q and what to do", err, want)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("ReadFile of a FIFO still blocked after 10 s")
+	err := within(t, func() error { _, err := ReadFile(Default, fifo); return err })
+	var nr *NotRegularError
+	if !errors.As(err, &nr) || !errors.Is(err, ErrNotRegular) || nr.Path != fifo {
+		t.Fatalf("ReadFile of a FIFO: %v, want a NotRegularError for %s", err, fifo)
+	}
+	if want := fifo + " is a FIFO"; !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "move it aside") {
+		t.Errorf("message %q: want %q and what to do", err, want)
+	}
+	if err := within(t, func() error { _, err := Default.List(fifo); return err }); !errors.Is(err, unix.ENOTDIR) {
+		t.Errorf("List of a FIFO: %v, want ENOTDIR", err)
 	}
 
 	if _, err := ReadFile(Default, sub); !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), sub+" is a directory") {
@@ -71,5 +65,21 @@ func TestNotRegular(t *testing.T) {
 	}
 	if fl&unix.O_NONBLOCK != 0 {
 		t.Errorf("a regular file opened by Open is left O_NONBLOCK (flags %#x)", fl)
+	}
+}
+
+// within runs f and returns its error, failing the test if f has not
+// returned after 10 s (it is left blocked: the FIFO it waits on is removed
+// with the test's directory).
+func within(t *testing.T, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("still blocked after 10 s")
+		return nil
 	}
 }
