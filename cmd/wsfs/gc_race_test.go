@@ -135,3 +135,25 @@ func TestGCForkWhileSnapshotRm(t *testing.T) {
 		t.Fatalf("fork reads %d bytes of only-in-snapshot, want %d", len(got), len(big))
 	}
 }
+
+// TestBusyWorkspaceAdvice: while another wsfs command works on workspace
+// ws offline (it holds the workspace's lock and, being no daemon, listens
+// on no control socket: a restore, say), snapshot create, restore and diff
+// of ws are refused with exit 3 and told to wait and run again, not that
+// a daemon does not answer and must be stopped or restarted (what the
+// real binary said when two restores of ws ran at once).
+func TestBusyWorkspaceAdvice(t *testing.T) {
+	home, h := snapHostWithSnapshots(t, 1)
+	l, err := workspace.Lock(vfs.Default, h.WorkspaceDir("ws"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, args := range [][]string{{"snapshot", "create", "ws"}, {"restore", "ws@1"}, {"diff", "ws@1"}} {
+		code, out, errs := snapRun(append(args, "--home", home)...)
+		if code != exitPrecondition || !strings.Contains(errs, "wait for it to finish") || !strings.Contains(errs, "held by pid") ||
+			strings.Contains(errs, "does not answer") {
+			t.Errorf("%v while another command holds the lock: exit %d, %s%s; want exit 3, wait for it to finish, held by pid", args, code, out, errs)
+		}
+	}
+}
