@@ -211,8 +211,13 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 		_ = fsys.RemoveAll(tmp)
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
-	if err := fsys.Rename(tmp, newDir); err != nil {
+	// Never over a workspace of that name made meanwhile (`wsfs create`
+	// makes an empty directory, which rename(2) would replace).
+	if err := vfs.RenameNoReplace(fsys, tmp, newDir); err != nil {
 		_ = fsys.RemoveAll(tmp)
+		if errors.Is(err, fs.ErrExist) {
+			return Info{}, fmt.Errorf("snapshot: fork: %s appeared while the fork ran: %w", newDir, err)
+		}
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
 	if err := vfs.SyncDir(fsys, filepath.Dir(newDir)); err != nil {
