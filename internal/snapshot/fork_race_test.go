@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -75,5 +76,45 @@ func TestForkNameTaken(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCatalogLockWaits: a snapshot taken while another command holds the
+// catalog lock for its few milliseconds (`wsfs snapshot rm`, `prune`)
+// waits for it instead of failing: before, a snapshot create or an
+// online restore through the daemon racing a `snapshot rm` failed with
+// exit 1 and "stop it first". Here the holder lets go when the snapshot
+// tries the lock a second time.
+func TestCatalogLockWaits(t *testing.T) {
+	var tries int
+	var held io.Closer
+	var mu sync.Mutex
+	var e *env
+	fsys := errorfs.Wrap(vfs.NewCrashableMem(), errorfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if op == vfs.OpLock && e != nil && path == filepath.Join(Dir(e.wsDir("w")), lockName) {
+			mu.Lock()
+			defer mu.Unlock()
+			if tries++; tries == 2 && held != nil {
+				noErr(t, held.Close())
+				held = nil
+			}
+		}
+		return nil
+	}))
+	e = newEnv(t, fsys, "/host")
+	w := e.open("w")
+	writeFile(t, w, workspace.RootIno, "a", []byte("a"))
+	noErr(t, w.Close())
+	l, err := lockCatalog(fsys, e.wsDir("w"))
+	noErr(t, err)
+	mu.Lock()
+	held, tries = l, 0
+	mu.Unlock()
+	in, _, err := CreateOffline(e.opts("w"), "", time.Now())
+	if err != nil {
+		t.Fatalf("snapshot while the catalog lock was held briefly: %v", err)
+	}
+	if in.ID != 1 || tries < 2 {
+		t.Fatalf("snapshot %d after %d tries of the lock, want 1 after at least 2", in.ID, tries)
 	}
 }
