@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -136,24 +138,73 @@ func TestGCForkWhileSnapshotRm(t *testing.T) {
 	}
 }
 
-// TestBusyWorkspaceAdvice: while another wsfs command works on workspace
-// ws offline (it holds the workspace's lock and, being no daemon, listens
-// on no control socket: a restore, say), snapshot create, restore and diff
-// of ws are refused with exit 3 and told to wait and run again, not that
-// a daemon does not answer and must be stopped or restarted (what the
-// real binary said when two restores of ws ran at once).
-func TestBusyWorkspaceAdvice(t *testing.T) {
-	home, h := snapHostWithSnapshots(t, 1)
-	l, err := workspace.Lock(vfs.Default, h.WorkspaceDir("ws"))
+// TestGCRemovesInterruptedLeftovers: a `wsfs rm` killed while it deleted
+// the workspace's directory leaves STATE/workspaces/.tmp-rm-NAME (the
+// whole log: 39 MiB in the probe), and a `wsfs fork` killed before its
+// rename leaves .tmp-fork-NEW-*; no command removed them (`rm NAME` again
+// says there is no such workspace). gc removes both, but not a temp that
+// its command still holds (locked: a fork or rm in progress) nor a fork
+// temp younger than a minute.
+func TestGCRemovesInterruptedLeftovers(t *testing.T) {
+	t.Setenv(pool.TestMinGraceEnv, "1s")
+	home, h := snapHostWithSnapshots(t, 0)
+	wsDirs := filepath.Dir(h.WorkspaceDir("ws"))
+	mk := func(name string, age time.Duration) string {
+		t.Helper()
+		dir := filepath.Join(wsDirs, name)
+		if err := os.MkdirAll(filepath.Join(dir, "log"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "log", "x"), []byte("leftover"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		old := time.Now().Add(-age)
+		for _, p := range []string{filepath.Join(dir, "log"), dir} {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	// A removal killed after its rename: the name is still registered.
+	if code, out, errs := snapRun("create", "--home", home, "gone"); code != 0 {
+		t.Fatalf("create: %d %s%s", code, out, errs)
+	}
+	rmLeft := mk(".tmp-rm-gone", 0)
+	if err := os.RemoveAll(rmLeft); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(h.WorkspaceDir("gone"), rmLeft); err != nil {
+		t.Fatal(err)
+	}
+	forkLeft := mk(".tmp-fork-f-0123456789ab", time.Hour)
+	forkYoung := mk(".tmp-fork-g-0123456789ab", 0)
+	forkBusy := mk(".tmp-fork-h-0123456789ab", time.Hour)
+	l, err := vfs.Default.Lock(forkBusy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for _, args := range [][]string{{"snapshot", "create", "ws"}, {"restore", "ws@1"}, {"diff", "ws@1"}} {
-		code, out, errs := snapRun(append(args, "--home", home)...)
-		if code != exitPrecondition || !strings.Contains(errs, "wait for it to finish") || !strings.Contains(errs, "held by pid") ||
-			strings.Contains(errs, "does not answer") {
-			t.Errorf("%v while another command holds the lock: exit %d, %s%s; want exit 3, wait for it to finish, held by pid", args, code, out, errs)
+	code, out, errs := snapRun("gc", "--home", home, "--test-grace", "1s")
+	if code != 0 {
+		t.Fatalf("gc: exit %d %s%s", code, out, errs)
+	}
+	for _, c := range []struct {
+		dir  string
+		gone bool
+	}{{rmLeft, true}, {forkLeft, true}, {forkYoung, false}, {forkBusy, false}} {
+		_, err := os.Stat(c.dir)
+		if gone := errors.Is(err, fs.ErrNotExist); gone != c.gone {
+			t.Errorf("after gc, %s removed: %v, want %v (gc said: %s%s)", filepath.Base(c.dir), gone, c.gone, out, errs)
 		}
+	}
+	if !strings.Contains(out, ".tmp-rm-gone") {
+		t.Errorf("gc does not say what it removed: %s", out)
+	}
+	// The removal is complete: the name is no longer registered, so the
+	// next gc does not refuse for a registered workspace without a
+	// directory.
+	if code, out, errs := snapRun("gc", "--home", home, "--test-grace", "1s"); code != 0 {
+		t.Fatalf("second gc: exit %d %s%s", code, out, errs)
 	}
 }

@@ -165,7 +165,8 @@ func fsOf(opts workspace.Options) vfs.FS {
 // snapshot's. The new directory appears atomically (built under a temp
 // name beside it, then renamed and the parent synced): after a crash it
 // either exists complete or not at all (a leftover temp named
-// .tmp-fork-* may remain).
+// .tmp-fork-* may remain, which `wsfs gc` removes: the fork holds a lock
+// on it while it runs).
 //
 // Against GC: the fork reads the catalog entry without a lock, so the
 // snapshot may be removed (`wsfs snapshot rm`, `wsfs rm` of the source)
@@ -200,6 +201,15 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 	if err := vfs.MkdirAllDurable(fsys, tmp, vfs.PrivateDir); err != nil {
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
+	// Held until the fork returns (it moves with the rename): `wsfs gc`
+	// removes only temps nobody holds (host.RemoveInterrupted), and no
+	// daemon opens the new workspace before the fork is done.
+	l, err := fsys.Lock(tmp)
+	if err != nil {
+		_ = fsys.RemoveAll(tmp)
+		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
+	}
+	defer l.Close()
 	// Group 0: the new log starts at group 1, after the checkpoint.
 	if err := seglog.WriteCheckpoint(fsys, filepath.Join(tmp, "checkpoint"), 0, manifest.EncodeRef(in.Root, r.NextIno)); err != nil {
 		_ = fsys.RemoveAll(tmp)
@@ -229,15 +239,13 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 	if err := protectTree(p, in.Root); err != nil {
 		err = fmt.Errorf("snapshot: fork: snapshot %d of %s was removed while the fork ran, and a gc removed objects of its tree (%w): %w; nothing was created",
 			id, srcDir, err, ErrNotFound)
-		if l, lerr := fsys.Lock(newDir); lerr == nil {
-			rerr := fsys.RemoveAll(newDir)
-			l.Close()
-			if rerr == nil {
-				rerr = vfs.SyncDir(fsys, filepath.Dir(newDir))
-			}
-			if rerr != nil {
-				return Info{}, fmt.Errorf("%w; removing the new workspace %s failed too: %w", err, newDir, rerr)
-			}
+		// Its lock is still held (l): nobody opened it.
+		rerr := fsys.RemoveAll(newDir)
+		if rerr == nil {
+			rerr = vfs.SyncDir(fsys, filepath.Dir(newDir))
+		}
+		if rerr != nil {
+			return Info{}, fmt.Errorf("%w; removing the new workspace %s failed too: %w", err, newDir, rerr)
 		}
 		return Info{}, err
 	}
