@@ -93,6 +93,9 @@ that of the changes, not of the tree.`)
 		if errors.Is(rerr, daemon.ErrNoControl) {
 			return lockedNoControl(dir, name, rerr, err)
 		}
+		if errors.Is(rerr, daemon.ErrNoReply) {
+			return noReply("diff", name, a, rerr)
+		}
 		if rerr != nil {
 			return rerr
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"io/fs"
 	"os"
@@ -10,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/daemon"
 	"wsfs/internal/host"
 	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/snapshot"
+	"wsfs/internal/unixsock"
 	"wsfs/internal/vfs"
 	"wsfs/internal/vfs/errorfs"
 	"wsfs/internal/workspace"
@@ -206,5 +209,49 @@ func TestGCRemovesInterruptedLeftovers(t *testing.T) {
 	// directory.
 	if code, out, errs := snapRun("gc", "--home", home, "--test-grace", "1s"); code != 0 {
 		t.Fatalf("second gc: exit %d %s%s", code, out, errs)
+	}
+}
+
+// TestDaemonDiesBeforeReply: the daemon serving ws is killed while it
+// works on a snapshot create, restore or diff (here: a control socket that
+// takes the request and closes without a reply, with the workspace lock
+// held). The command exits 1 saying the daemon stopped before it
+// answered, whether the work may have been done, and how to find out;
+// before, it printed only "control socket: no reply: EOF".
+func TestDaemonDiesBeforeReply(t *testing.T) {
+	home, h := snapHostWithSnapshots(t, 1)
+	dir := h.WorkspaceDir("ws")
+	l, err := workspace.Lock(vfs.Default, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ln, err := unixsock.Listen(daemon.ControlSocketPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			bufio.NewReader(c).ReadBytes('\n')
+			c.Close()
+		}
+	}()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"snapshot", "create", "ws"}, "wsfs snapshot ls ws"},
+		{[]string{"restore", "ws@1"}, "before restore to 1"},
+		{[]string{"diff", "ws@1"}, "run it again"},
+	} {
+		code, out, errs := snapRun(append(c.args, "--home", home)...)
+		if code != exitFailure || !strings.Contains(errs, "stopped before it answered") || !strings.Contains(errs, c.want) {
+			t.Errorf("%v with a daemon that dies: exit %d, %s%s; want exit 1, stopped before it answered, %q", c.args, code, out, errs, c.want)
+		}
 	}
 }

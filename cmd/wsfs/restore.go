@@ -58,6 +58,9 @@ ls and stat see the snapshot (see the README, "Snapshots").`)
 		if errors.Is(rerr, daemon.ErrNoControl) {
 			return lockedNoControl(h.WorkspaceDir(name), name, rerr, err)
 		}
+		if errors.Is(rerr, daemon.ErrNoReply) {
+			return noReply("restore", name, id, rerr)
+		}
 		if rerr != nil {
 			if rep.Before != 0 {
 				return fmt.Errorf("%w (the undo snapshot %s@%d was taken; the workspace is unchanged unless the daemon says otherwise in its log)", rerr, name, rep.Before)

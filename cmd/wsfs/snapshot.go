@@ -59,6 +59,23 @@ func lockedNoControl(wsDir, name string, rerr, lockErr error) error {
 	return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, lockErr)}
 }
 
+// noReply is the error of a request (snapshot create, restore, diff)
+// whose daemon stopped before it answered (err wraps daemon.ErrNoReply):
+// what may have been done, and how to find out.
+func noReply(op, name string, id uint64, err error) error {
+	var what string
+	switch op {
+	case "snapshot":
+		what = fmt.Sprintf("the snapshot may or may not have been taken: 'wsfs snapshot ls %s' lists it if it was (a listed snapshot is complete)", name)
+	case "restore":
+		what = fmt.Sprintf("the restore may or may not have been done: if it started, 'wsfs snapshot ls %s' lists its undo snapshot, labelled \"before restore to %d\"; "+
+			"serve %s again, compare with 'wsfs diff %s@%d' and run the restore again if it was not done", name, id, name, name, id)
+	default:
+		what = "nothing was changed: serve it again and run it again"
+	}
+	return fmt.Errorf("the daemon serving %s stopped before it answered (%w): %s", name, err, what)
+}
+
 // snapshotHost opens the host and its pool and checks workspace name.
 func snapshotHost(g *globals, name string) (*host.Host, *pool.Pool, error) {
 	if err := host.ValidateName(name); err != nil {
@@ -147,6 +164,9 @@ and its sidecar are never blocked.`)
 		rep, rerr := daemon.RequestSnapshot(ctx, h.WorkspaceDir(name), *label)
 		if errors.Is(rerr, daemon.ErrNoControl) {
 			return lockedNoControl(h.WorkspaceDir(name), name, rerr, err)
+		}
+		if errors.Is(rerr, daemon.ErrNoReply) {
+			return noReply("snapshot", name, 0, rerr)
 		}
 		if rerr != nil {
 			return rerr
