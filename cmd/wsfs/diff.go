@@ -91,7 +91,10 @@ that of the changes, not of the tree.`)
 	} else if changes, err = snapshot.DiffLive(offlineOptions(h, p, name, g.stderr), ia); errors.Is(err, vfs.ErrLocked) {
 		rep, rerr := daemon.RequestDiff(ctx, dir, a)
 		if errors.Is(rerr, daemon.ErrNoControl) {
-			return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, err)}
+			return lockedNoControl(dir, name, rerr, err)
+		}
+		if errors.Is(rerr, daemon.ErrNoReply) {
+			return noReply("diff", name, a, rerr)
 		}
 		if rerr != nil {
 			return rerr

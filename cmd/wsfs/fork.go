@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"wsfs/internal/host"
@@ -59,6 +60,9 @@ own replica.`)
 	if err != nil {
 		if errors.Is(err, snapshot.ErrNotFound) {
 			return preconditionError{err}
+		}
+		if errors.Is(err, fs.ErrExist) { // made meanwhile: another fork or create of NEW
+			return preconditionError{fmt.Errorf("%w: %s (made while this fork ran; nothing was changed): %w", host.ErrWorkspaceExists, newName, err)}
 		}
 		return classifyOpenError(name, err)
 	}

@@ -65,8 +65,9 @@ func init() {
 func runGC(ctx context.Context, g *globals, args []string) error {
 	flags := newFlagSet(g, "gc", "", `
 Removes content objects that no workspace of the host references and whose
-last use is older than --grace, and stale temps in the pool's tmp/; prints
-the bytes reclaimed. Daemons may keep serving: each workspace's durable
+last use is older than --grace, stale temps in the pool's tmp/, and what an
+interrupted 'wsfs rm' or 'wsfs fork' left in the state directory
+(.tmp-rm-NAME, .tmp-fork-*); prints the bytes reclaimed. Daemons may keep serving: each workspace's durable
 state (checkpoint and log) is read without its lock.
 
 It refuses (exit 3) unless it positively knows every workspace that uses
@@ -161,6 +162,15 @@ too.`)
 	if err != nil {
 		return err
 	}
+	// What a killed `wsfs rm` or `wsfs fork` left in this host's state.
+	left, leftBytes, err := h.RemoveInterrupted(time.Minute)
+	for _, p := range left {
+		fmt.Fprintf(g.stdout, "wsfs gc: removed %s, left by an interrupted wsfs rm or fork\n", p)
+	}
+	if err != nil {
+		return err
+	}
+	st.TempBytes += leftBytes
 	fmt.Fprintf(g.stdout, "wsfs gc: %d workspaces (%d hosts) reference %d objects; scanned %d, removed %d and %d stale temps: reclaimed %s (%d bytes)",
 		n, len(hosts), len(referenced), st.Scanned, st.Removed, st.TempsRemoved, humanBytes(st.Bytes+st.TempBytes), st.Bytes+st.TempBytes)
 	if st.Kept > 0 || st.Restored > 0 {

@@ -27,17 +27,22 @@ type gcWorkspace struct{ name, dir string }
 // then the same for every workspace that relist finds and first lacked. It
 // returns how many workspaces it marked.
 //
-// The order closes the race with forks and restores, which make new
-// references to old objects (a snapshot's, with no mtime bump: a fork's
-// cost must not grow with its tree): (1) the durable states of first, (2)
-// the snapshot catalogs of first, (3) relist, and the durable states and
-// catalogs of the workspaces new since first. A fork or restore made from
-// a snapshot that existed when its catalog was read in (2) is covered by
-// that snapshot. One made from a snapshot removed before (2) was made
-// before (2), so its workspace is in first or in the relist (3), whose
+// The order closes the race with forks, which make new references to old
+// objects (a snapshot's, with no mtime bump: a fork's cost must not grow
+// with its tree): (1) the durable states of first, (2) the snapshot
+// catalogs of first, (3) relist, and the durable states and catalogs of
+// the workspaces new since first. A fork made from a snapshot that
+// existed when its catalog was read in (2) is covered by that snapshot.
+// One whose snapshot was removed before (2), and whose new workspace
+// appeared before the removal, is in first or in the relist (3), whose
 // durable state (a checkpoint naming the snapshot's manifest root) is
-// read. One made from a snapshot created after marking started references
-// what that snapshot took from a workspace's durable tree: objects marked
+// read. A fork whose snapshot was removed before its new workspace
+// appeared sees that and protects the tree itself (snapshot.Fork). A
+// restore cannot be covered by this order (its workspace's state may be
+// read in (1) before its checkpoint, and the snapshot removed before
+// (2)): it protects the tree before publishing the checkpoint
+// (snapshot.Restore). A snapshot created after marking started
+// references what it took from a workspace's durable tree: objects marked
 // in (1), or put or protected after marking started (kept by the grace).
 func markAll(fsys vfs.FS, p *pool.Pool, first []gcWorkspace, relist func() ([]gcWorkspace, error), add func(objid.ID)) (int, error) {
 	done := make(map[string]bool, len(first))

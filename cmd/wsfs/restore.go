@@ -56,7 +56,10 @@ ls and stat see the snapshot (see the README, "Snapshots").`)
 	if errors.Is(err, vfs.ErrLocked) {
 		rep, rerr := daemon.RequestRestore(ctx, h.WorkspaceDir(name), id)
 		if errors.Is(rerr, daemon.ErrNoControl) {
-			return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, err)}
+			return lockedNoControl(h.WorkspaceDir(name), name, rerr, err)
+		}
+		if errors.Is(rerr, daemon.ErrNoReply) {
+			return noReply("restore", name, id, rerr)
 		}
 		if rerr != nil {
 			if rep.Before != 0 {

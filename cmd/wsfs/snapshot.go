@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -37,6 +39,41 @@ compare with 'wsfs diff', go back to one with 'wsfs restore'.`,
 			{name: "prune", summary: "remove the snapshots neither --keep-last nor --keep-within keeps", run: runSnapshotPrune},
 		},
 	})
+}
+
+// lockedNoControl is the error of snapshot create, restore and diff when
+// workspace name (its directory wsDir) is locked (lockErr, wrapping
+// vfs.ErrLocked and naming the holder) and no daemon answers on its
+// control socket (rerr). With no socket file the holder serves none: it
+// is another command working on the workspace offline (restore, snapshot,
+// diff, fsck --repair, rm) or a daemon still recovering its log before it
+// listens, and both end by themselves: wait and run the command again.
+// With a socket file that nobody answers on, a daemon is stuck or too old
+// to answer: stop or restart it.
+func lockedNoControl(wsDir, name string, rerr, lockErr error) error {
+	if _, err := os.Lstat(daemon.ControlSocketPath(wsDir)); errors.Is(err, fs.ErrNotExist) {
+		return preconditionError{fmt.Errorf("workspace %s is busy: another wsfs process holds its lock and listens on no control socket "+
+			"(another restore, snapshot, diff, fsck --repair or rm of it, or its daemon still starting): wait for it to finish, then run this again; "+
+			"a daemon of an older wsfs never listens: stop it, or restart it with this wsfs (%w)", name, lockErr)}
+	}
+	return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, lockErr)}
+}
+
+// noReply is the error of a request (snapshot create, restore, diff)
+// whose daemon stopped before it answered (err wraps daemon.ErrNoReply):
+// what may have been done, and how to find out.
+func noReply(op, name string, id uint64, err error) error {
+	var what string
+	switch op {
+	case "snapshot":
+		what = fmt.Sprintf("the snapshot may or may not have been taken: 'wsfs snapshot ls %s' lists it if it was (a listed snapshot is complete)", name)
+	case "restore":
+		what = fmt.Sprintf("the restore may or may not have been done: if it started, 'wsfs snapshot ls %s' lists its undo snapshot, labelled \"before restore to %d\"; "+
+			"serve %s again, compare with 'wsfs diff %s@%d' and run the restore again if it was not done", name, id, name, name, id)
+	default:
+		what = "nothing was changed: serve it again and run it again"
+	}
+	return fmt.Errorf("the daemon serving %s stopped before it answered (%w): %s", name, err, what)
 }
 
 // snapshotHost opens the host and its pool and checks workspace name.
@@ -126,7 +163,10 @@ and its sidecar are never blocked.`)
 		// Served: the daemon takes it.
 		rep, rerr := daemon.RequestSnapshot(ctx, h.WorkspaceDir(name), *label)
 		if errors.Is(rerr, daemon.ErrNoControl) {
-			return preconditionError{fmt.Errorf("workspace %s is served by a daemon that does not answer on its control socket (%v); stop it, or restart it with this wsfs: %w", name, rerr, err)}
+			return lockedNoControl(h.WorkspaceDir(name), name, rerr, err)
+		}
+		if errors.Is(rerr, daemon.ErrNoReply) {
+			return noReply("snapshot", name, 0, rerr)
 		}
 		if rerr != nil {
 			return rerr

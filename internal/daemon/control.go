@@ -222,6 +222,11 @@ func peerAllowed(c net.Conn) error {
 // ErrNoControl: no daemon answers on the control socket.
 var ErrNoControl = errors.New("no daemon answers on the workspace's control socket")
 
+// ErrNoReply: the daemon took the request but closed the connection
+// without a reply: it exited (or was killed) while working on it, so the
+// work may or may not have been done.
+var ErrNoReply = errors.New("the daemon closed the control connection without a reply")
+
 // RequestSnapshot asks the daemon serving the workspace in wsDir for a
 // snapshot. It returns an error wrapping ErrNoControl if none answers.
 func RequestSnapshot(ctx context.Context, wsDir, label string) (ControlReply, error) {
@@ -261,7 +266,7 @@ func request(ctx context.Context, wsDir string, req controlRequest) (ControlRepl
 	}
 	line, err := bufio.NewReader(c).ReadBytes('\n')
 	if err != nil {
-		return ControlReply{}, fmt.Errorf("control socket: no reply: %w", err)
+		return ControlReply{}, fmt.Errorf("control socket: %w: %w", ErrNoReply, err)
 	}
 	var rep ControlReply
 	if err := json.Unmarshal(line, &rep); err != nil {

@@ -33,6 +33,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -419,6 +420,76 @@ func (h *Host) RemoveWorkspaceAfter(name string, first func() error) error {
 		return fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	return vfs.SyncDir(vfs.Default, filepath.Dir(dir))
+}
+
+// RemoveInterrupted removes what an interrupted `wsfs rm` or `wsfs fork`
+// left in STATE/workspaces: a RemovingDir (.tmp-rm-NAME, the directory of
+// a workspace whose removal stopped part-way: its whole log) and a fork's
+// temp (.tmp-fork-NEW-*, a new workspace before its rename). A leftover
+// that its command still holds is kept: a flock on the directory (rm
+// holds the workspace's lock, which moved with the directory; a fork
+// locks its temp while it builds it); so is a fork temp modified within
+// minAge (a fork between its mkdir and its lock). It returns the paths
+// removed and the bytes they held. Nothing else refers to a leftover: a
+// removal renamed the directory away before it unregistered the name, and
+// a fork's temp is not a workspace until its rename.
+func (h *Host) RemoveInterrupted(minAge time.Duration) (removed []string, bytes int64, err error) {
+	dir := filepath.Join(h.state, "workspaces")
+	names, err := vfs.Default.List(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("list workspaces: %w", err)
+	}
+	for _, n := range names {
+		isRm := strings.HasPrefix(n, vfs.TempPrefix+"rm-")
+		if !isRm && !strings.HasPrefix(n, vfs.TempPrefix+"fork-") {
+			continue
+		}
+		p := filepath.Join(dir, n)
+		st, err := os.Lstat(p)
+		if err != nil || !st.IsDir() || (!isRm && time.Since(st.ModTime()) < minAge) {
+			continue
+		}
+		l, err := vfs.Default.Lock(p)
+		if err != nil {
+			continue // held: its command still runs (or gone meanwhile)
+		}
+		if name := strings.TrimPrefix(n, vfs.TempPrefix+"rm-"); isRm && ValidateName(name) == nil {
+			// As the removal would have: no longer registered, unless a
+			// workspace of that name was made since (CheckRegistry
+			// accepts the registered name only while this exists).
+			if _, err := os.Lstat(h.WorkspaceDir(name)); errors.Is(err, fs.ErrNotExist) {
+				if err := h.unregisterWorkspace(name); err != nil {
+					l.Close()
+					return removed, bytes, err
+				}
+			}
+		}
+		var size int64
+		filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					size += fi.Size()
+				}
+			}
+			return nil
+		})
+		err = vfs.Default.RemoveAll(p)
+		l.Close()
+		if err != nil {
+			return removed, bytes, fmt.Errorf("remove %s (left by an interrupted wsfs rm or fork): %w", p, err)
+		}
+		removed = append(removed, p)
+		bytes += size
+	}
+	if len(removed) > 0 {
+		if err := vfs.SyncDir(vfs.Default, dir); err != nil {
+			return removed, bytes, err
+		}
+	}
+	return removed, bytes, nil
 }
 
 // PrivateDirs are the host's directories that must be private to the user

@@ -324,16 +324,39 @@ func readEntry(fsys vfs.FS, wsDir string, id uint64) (Info, error) {
 // ErrNotFound if there is none).
 func Get(fsys vfs.FS, wsDir string, id uint64) (Info, error) { return readEntry(fsys, wsDir, id) }
 
-// lockCatalog creates the catalog directory durably and takes its lock.
+// catalogLockWait bounds how long lockCatalog waits for another holder
+// of the catalog lock. Every holder keeps it for one catalog change (an
+// entry published or removed, a prune, an import): milliseconds. A
+// variable so that tests can shorten it.
+var catalogLockWait = 10 * time.Second
+
+// lockCatalog creates the catalog directory durably and takes its lock,
+// waiting (up to catalogLockWait) while another process or Lock call
+// holds it: catalog changes of concurrent commands (a snapshot taken by
+// a daemon or a restore while `wsfs snapshot rm` or `prune` runs)
+// serialise instead of failing. After the wait the error wraps
+// vfs.ErrLocked and names the holder.
 func lockCatalog(fsys vfs.FS, wsDir string) (io.Closer, error) {
 	if err := vfs.MkdirAllDurable(fsys, Dir(wsDir), vfs.PrivateDir); err != nil {
 		return nil, fmt.Errorf("snapshot: create catalog: %w", err)
 	}
-	l, err := fsys.Lock(filepath.Join(Dir(wsDir), lockName))
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: lock catalog of %s: %w", wsDir, err)
+	deadline := time.Now().Add(catalogLockWait)
+	delay := time.Millisecond
+	for {
+		l, err := fsys.Lock(filepath.Join(Dir(wsDir), lockName))
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, vfs.ErrLocked) {
+			return nil, fmt.Errorf("snapshot: lock catalog of %s: %w", wsDir, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("snapshot: the catalog of %s stayed locked for %v (a snapshot create, rm, prune or pull of it that is stuck?): %w",
+				wsDir, catalogLockWait, err)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 50*time.Millisecond)
 	}
-	return l, nil
 }
 
 // nextID returns the ID a new entry gets. The catalog lock is held.

@@ -165,7 +165,19 @@ func fsOf(opts workspace.Options) vfs.FS {
 // snapshot's. The new directory appears atomically (built under a temp
 // name beside it, then renamed and the parent synced): after a crash it
 // either exists complete or not at all (a leftover temp named
-// .tmp-fork-* may remain).
+// .tmp-fork-* may remain, which `wsfs gc` removes: the fork holds a lock
+// on it while it runs).
+//
+// Against GC: the fork reads the catalog entry without a lock, so the
+// snapshot may be removed (`wsfs snapshot rm`, `wsfs rm` of the source)
+// while it runs. Once the new directory is in place the entry is read
+// again. Still there: it was there when the new directory appeared, so a
+// GC pass either reads the entry or lists the new directory after it
+// (cmd/wsfs gcmark.go, markAll). Gone: a whole pass may have missed both,
+// so every object of the tree is protected (protectTree: kept for the
+// grace period, and the new checkpoint marks them afterwards); if one is
+// gone already the new workspace is removed again and the error wraps
+// ErrNotFound. Only this rare case costs time proportional to the tree.
 func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (Info, error) {
 	in, err := Get(fsys, srcDir, id)
 	if err != nil {
@@ -189,6 +201,15 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 	if err := vfs.MkdirAllDurable(fsys, tmp, vfs.PrivateDir); err != nil {
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
+	// Held until the fork returns (it moves with the rename): `wsfs gc`
+	// removes only temps nobody holds (host.RemoveInterrupted), and no
+	// daemon opens the new workspace before the fork is done.
+	l, err := fsys.Lock(tmp)
+	if err != nil {
+		_ = fsys.RemoveAll(tmp)
+		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
+	}
+	defer l.Close()
 	// Group 0: the new log starts at group 1, after the checkpoint.
 	if err := seglog.WriteCheckpoint(fsys, filepath.Join(tmp, "checkpoint"), 0, manifest.EncodeRef(in.Root, r.NextIno)); err != nil {
 		_ = fsys.RemoveAll(tmp)
@@ -200,14 +221,65 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 		_ = fsys.RemoveAll(tmp)
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
-	if err := fsys.Rename(tmp, newDir); err != nil {
+	// Never over a workspace of that name made meanwhile (`wsfs create`
+	// makes an empty directory, which rename(2) would replace).
+	if err := vfs.RenameNoReplace(fsys, tmp, newDir); err != nil {
 		_ = fsys.RemoveAll(tmp)
+		if errors.Is(err, fs.ErrExist) {
+			return Info{}, fmt.Errorf("snapshot: fork: %s appeared while the fork ran: %w", newDir, err)
+		}
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
 	if err := vfs.SyncDir(fsys, filepath.Dir(newDir)); err != nil {
 		return Info{}, fmt.Errorf("snapshot: fork: %w", err)
 	}
+	if _, err := Get(fsys, srcDir, id); !errors.Is(err, ErrNotFound) {
+		return in, nil // still there (or unreadable now: it was read above)
+	}
+	if err := protectTree(p, in.Root); err != nil {
+		err = fmt.Errorf("snapshot: fork: snapshot %d of %s was removed while the fork ran, and a gc removed objects of its tree (%w): %w; nothing was created",
+			id, srcDir, err, ErrNotFound)
+		// Its lock is still held (l): nobody opened it.
+		rerr := fsys.RemoveAll(newDir)
+		if rerr == nil {
+			rerr = vfs.SyncDir(fsys, filepath.Dir(newDir))
+		}
+		if rerr != nil {
+			return Info{}, fmt.Errorf("%w; removing the new workspace %s failed too: %w", err, newDir, rerr)
+		}
+		return Info{}, err
+	}
 	return in, nil
+}
+
+// protectTree protects (pool.Protect) every object of the manifest tree
+// at root: the manifests and every content object. An object missing
+// from the pool is an error (a *pool.MissingObjectError), except, in a
+// pool that fetches from a remote tier, a content object never fetched:
+// no local GC can remove what is not here, and a read fetches it.
+//
+// After it returns, a GC pass in progress or later keeps every object of
+// the tree for at least the grace period (see pool.Protect), whether or
+// not it marks them: the time a fork or restore has to publish its
+// reference to the tree.
+func protectTree(p *pool.Pool, root objid.ID) error {
+	var first error
+	walk := manifest.ForEachObject(&manifest.PoolStore{Pool: p}, root, nil, func(id objid.ID) {
+		if first != nil {
+			return
+		}
+		if p.Fetching() {
+			if ok, err := p.Has(id); err != nil || !ok {
+				first = err
+				return
+			}
+		}
+		first = p.Protect(id)
+	})
+	if walk != nil {
+		return walk
+	}
+	return first
 }
 
 // Restore returns the workspace of opts (offline: it takes the workspace
@@ -219,6 +291,12 @@ func Fork(fsys vfs.FS, p *pool.Pool, srcDir string, id uint64, newDir string) (I
 // G (durably, replacing any checkpoint of G atomically): recovery finds
 // it and replays only groups after G. Inode numbers are the snapshot's;
 // the next inode number never goes down.
+//
+// Every object of the snapshot's tree is protected (protectTree) before
+// the checkpoint is published: a GC pass may read this workspace's
+// durable state before the checkpoint and its catalog after the snapshot
+// is removed (`wsfs snapshot rm` right after the restore, or during it),
+// marking the tree through neither; the grace period keeps it then.
 //
 // The agent state database is set to the snapshot's copy (RestoreAgent)
 // just before the checkpoint is published, while the workspace lock is
@@ -243,6 +321,9 @@ func Restore(opts workspace.Options, id uint64, now time.Time) (before, target I
 			return err
 		}
 		if _, _, err := manifest.LoadTree(&manifest.PoolStore{Pool: opts.Pool}, target.Root); err != nil {
+			return fmt.Errorf("snapshot: restore %d: %w", id, err)
+		}
+		if err := protectTree(opts.Pool, target.Root); err != nil {
 			return fmt.Errorf("snapshot: restore %d: %w", id, err)
 		}
 		// The agent state first, in one transaction of the live
@@ -326,7 +407,7 @@ func ForEachObject(fsys vfs.FS, wsDir string, p *pool.Pool, fn func(objid.ID)) e
 // RestoreServing returns workspace w (served by this process) to snapshot
 // id while it serves: the daemon's online restore. It loads and verifies
 // the snapshot's whole tree first (a damaged snapshot is refused before
-// anything changes), then calls w.ReplaceTree, which holds up operations
+// anything changes) and protects its objects as Restore does, then calls w.ReplaceTree, which holds up operations
 // for the rest of the call: once nothing is in flight and everything is
 // committed it takes the undo snapshot (returned as before: it contains
 // every operation completed before the call), then sets the agent state
@@ -345,6 +426,9 @@ func RestoreServing(w *workspace.Workspace, fsys vfs.FS, wsDir string, p *pool.P
 	}
 	t, _, err := manifest.LoadTree(&manifest.PoolStore{Pool: p}, target.Root)
 	if err != nil {
+		return Info{}, Info{}, r, fmt.Errorf("snapshot: restore %d: %w", id, err)
+	}
+	if err := protectTree(p, target.Root); err != nil {
 		return Info{}, Info{}, r, fmt.Errorf("snapshot: restore %d: %w", id, err)
 	}
 	r, err = w.ReplaceTree(t, target.Root, func() error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,6 +134,51 @@ func (osFS) Rename(oldname, newname string) error {
 		}
 		return nil
 	}
+}
+
+// RenameNoReplace is renameat2(RENAME_NOREPLACE): rename(2) that fails
+// with EEXIST (an error wrapping fs.ErrExist) instead of replacing an
+// existing newname, an empty directory included. Where the file system
+// does not support the flag (EINVAL) it checks and renames, as
+// RenameNoReplace does for other file systems.
+func (osFS) RenameNoReplace(oldname, newname string) error {
+	for {
+		err := unix.Renameat2(unix.AT_FDCWD, oldname, unix.AT_FDCWD, newname, unix.RENAME_NOREPLACE)
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EINVAL, unix.ENOSYS:
+			return renameIfAbsent(osFS{}, oldname, newname)
+		}
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+}
+
+// RenameNoReplace renames oldname to newname unless newname exists, in
+// which case it fails with an error wrapping fs.ErrExist and changes
+// nothing. On a file system with a RenameNoReplace method (the OS: one
+// renameat2 call) that is atomic against a concurrent creator of
+// newname; on others it checks first, so a newname created between the
+// check and the rename may still be replaced (an empty directory) or make
+// the rename fail (ENOTEMPTY, which also wraps fs.ErrExist).
+func RenameNoReplace(fsys FS, oldname, newname string) error {
+	if r, ok := fsys.(interface {
+		RenameNoReplace(oldname, newname string) error
+	}); ok {
+		return r.RenameNoReplace(oldname, newname)
+	}
+	return renameIfAbsent(fsys, oldname, newname)
+}
+
+func renameIfAbsent(fsys FS, oldname, newname string) error {
+	if _, err := fsys.Stat(newname); err == nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: unix.EEXIST}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return fsys.Rename(oldname, newname)
 }
 
 func (osFS) Remove(name string) error { return os.Remove(name) }

@@ -298,6 +298,15 @@ func (e *FS) Rename(oldname, newname string) error {
 	return e.fs.Rename(oldname, newname)
 }
 
+// RenameNoReplace is vfs.RenameNoReplace on the underlying FS, with
+// faults injected as for Rename.
+func (e *FS) RenameNoReplace(oldname, newname string) error {
+	if err := e.checkLink(OpRename, oldname, newname); err != nil {
+		return err
+	}
+	return vfs.RenameNoReplace(e.fs, oldname, newname)
+}
+
 func (e *FS) Remove(name string) error {
 	if err := e.check(OpRemove, name); err != nil {
 		return err
