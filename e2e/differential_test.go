@@ -383,6 +383,7 @@ var diffOps = []weighted{
 	{2, genReadlink}, {4, genSlotOpen}, {5, genSlotWrite}, {4, genSlotRead},
 	{2, genSlotTruncate}, {3, genSlotStat}, {1, genSlotFsync}, {3, genSlotClose},
 	{3, genXattr}, {2, genFallocate}, {2, genCopyRange}, {2, genChown},
+	{2, genMmap},
 }
 
 func genDiffOp(r *diffGen) diffOp {
@@ -732,6 +733,49 @@ func genXattr(r *diffGen) diffOp {
 			return fmt.Sprint(x)
 		}}
 	}
+}
+
+// genMmap changes a file through a shared writable mapping of all of it
+// (msync'd or not), unmaps it, and reads the file through a descriptor
+// the mapping did not use, while the mapping's descriptor is still open.
+func genMmap(r *diffGen) diffOp {
+	p, at, n := r.file(), r.Intn(4<<20), 1+randSize(r)/4
+	data := randData(r, n)
+	sync := r.Intn(2) == 0
+	rflags := unix.O_RDONLY
+	if r.noReadOnlySlots {
+		rflags = unix.O_RDWR // see noReadOnlySlots
+	}
+	return diffOp{fmt.Sprintf("mmap %s at %d mod size, len %d, msync %v", p, at, n, sync), func(s *side) string {
+		fd, err := unix.Open(s.path(p), unix.O_RDWR, 0)
+		if err != nil {
+			return "open " + errno(err)
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return "fstat " + errno(err)
+		}
+		if st.Size == 0 {
+			return "empty"
+		}
+		m, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return "mmap " + errno(err)
+		}
+		copy(m[at%len(m):], data)
+		serr := "none"
+		if sync {
+			serr = errno(unix.Msync(m, unix.MS_SYNC))
+		}
+		uerr := errno(unix.Munmap(m))
+		rfd, err := unix.Open(s.path(p), rflags, 0)
+		if err != nil {
+			return "reopen " + errno(err)
+		}
+		defer unix.Close(rfd)
+		return fmt.Sprintf("msync %s munmap %s %s", serr, uerr, preadAll(rfd))
+	}}
 }
 
 func genFallocate(r *diffGen) diffOp {
