@@ -37,7 +37,10 @@ import (
 // its snapshot (25 readers of a 50,000-entry directory already exceed the
 // entry bound; dropping theirs made every one of them see entries twice or
 // not at all, each replacement snapshot dropping the next). Its memory is
-// that of the listings being read, as in the kernel's own page cache. A
+// that of the listings being read, as in the kernel's own page cache, up
+// to listingsHardFactor times the bounds (a flood of readers that stop
+// early, each of a directory changed since the last, must not exhaust
+// memory in listingsBusy). A
 // READDIR naming a listing no longer kept (dropped by those bounds, or
 // from before a restart of the daemon, which a new mount never sees) is
 // served from a new snapshot at the same index: correct when the
@@ -67,6 +70,7 @@ const (
 	listingsMaxEntries = 1 << 20
 	listingsIdle       = 5 * time.Minute
 	listingsBusy       = 30 * time.Second // a listing in progress read this recently is kept
+	listingsHardFactor = 8                // ... unless the bounds are exceeded this many times over
 	// maxListing keeps offsets below 2^63: the kernel's directory
 	// position is a signed loff_t.
 	maxListing = 1<<31 - 1
@@ -134,12 +138,13 @@ func (l *listings) add(dir workspace.Ino, entries []workspace.DirEntry) *listing
 	for e := l.lru.Back(); e != nil && e != l.lru.Front(); {
 		prev, old := e.Prev(), e.Value.(*listing)
 		over := l.lru.Len() > listingsMaxCount || l.entries > listingsMaxEntries
+		hard := l.lru.Len() > listingsHardFactor*listingsMaxCount || l.entries > listingsHardFactor*listingsMaxEntries
 		switch {
 		case old.used.Before(idle):
 			l.remove(e)
 		case !over:
 			return ls // the rest is more recently used: not idle either
-		case old.done || old.used.Before(busy):
+		case old.done || old.used.Before(busy) || hard:
 			l.remove(e)
 		}
 		e = prev

@@ -187,6 +187,18 @@ func TestListingsInProgressKept(t *testing.T) {
 	if kept := l.lru.Len(); kept != 5 {
 		t.Fatalf("%d listings kept, want the 4 in progress and the new one", kept)
 	}
+	// Even listings in progress give way past the hard bound.
+	for range 4*listingsHardFactor + 4 {
+		if _, _, err := l.at(3, 0, read); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.entries > listingsHardFactor*listingsMaxEntries {
+		t.Fatalf("%d entries kept in progress, hard bound %d", l.entries, listingsHardFactor*listingsMaxEntries)
+	}
+	if l.get(open[4].num, 1) != nil {
+		t.Fatal("the least recently used listing in progress kept past the hard bound")
+	}
 	// Readers idle for listingsBusy no longer hold their listings.
 	clock = clock.Add(listingsBusy + time.Second)
 	if _, _, err := l.at(2, 0, read); err != nil {
