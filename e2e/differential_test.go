@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -42,21 +43,28 @@ func TestDifferential(t *testing.T) {
 		defer got.closeAll()
 		defer want.closeAll()
 		failed := 0 // ops that returned an error on both sides
+		ops := make([]diffOp, 0, n)
 		for i := range n {
 			op := genDiffOp(r)
+			ops = append(ops, op)
 			w := op.run(want)
 			g := op.run(got)
 			if strings.HasPrefix(w, "E") || strings.Contains(w, "open E") {
 				failed++
 			}
 			if w != g {
-				t.Fatalf("seed %d op %d: %s\n  native: %s\n  %s: %s\n(replay: go test ./e2e -run '%s' -args -e2e.seed=%d)",
-					seed, i, op.desc, w, tg.kind, g, t.Name(), seed)
+				got.closeAll()
+				want.closeAll()
+				t.Fatalf("seed %d op %d: %s\n  native: %s\n  %s: %s\n%s(replay: go test ./e2e -run '%s' -args -e2e.seed=%d)",
+					seed, i, op.desc, w, tg.kind, g, shrinkReport(t, tg.root, ops), t.Name(), seed)
 			}
 		}
 		got.closeAll()
 		want.closeAll()
 		t.Logf("%d ops, %d of them failed with the same errno on both sides", n, failed)
+		if !sameTrees(ref, tg.root) {
+			t.Log(shrinkReport(t, tg.root, ops))
+		}
 		compareTrees(t, fmt.Sprintf("seed %d: after %d ops", seed, n), ref, tg.root)
 		tg.remount(t)
 		compareTrees(t, fmt.Sprintf("seed %d: after %d ops and a remount", seed, n), ref, tg.root)
@@ -90,6 +98,89 @@ func compareTrees(t *testing.T, what, want, got string) {
 	if d := diffTrees(w, g, 40); len(d) > 0 {
 		t.Fatalf("%s: trees differ (%d entries native, %d target):\n  %s", what, len(w), len(g), strings.Join(d, "\n  "))
 	}
+}
+
+// sameTrees reports whether the trees at want and got are the same for
+// compareTrees (false if either cannot be read).
+func sameTrees(want, got string) bool {
+	o := snapOpts{dirLink: true}
+	w, err := snapshot(want, o)
+	if err != nil {
+		return false
+	}
+	g, err := snapshot(got, o)
+	return err == nil && len(diffTrees(w, g, 1)) == 0
+}
+
+// maxShrinkRuns bounds the replays of one shrink (each replays at most the
+// whole failing sequence in fresh directories).
+const maxShrinkRuns = 300
+
+// shrinkReport replays subsequences of a failing op sequence in fresh
+// directories (under root, the target, and a native temporary directory)
+// and returns the shortest one found that still fails (a result or the
+// final tree differs), for the failure message: a divergence after op
+// 1,500 usually needs a handful of them. It says so when the failure does
+// not reproduce in a fresh directory (it then depends on state outside
+// the sequence's own directory).
+func shrinkReport(t *testing.T, root string, ops []diffOp) string {
+	runs := 0
+	fails := func(seq []diffOp) bool {
+		runs++
+		g := filepath.Join(root, fmt.Sprintf(".shrink%d", runs))
+		w := filepath.Join(t.TempDir(), "ref")
+		if os.Mkdir(g, 0o755) != nil || os.Mkdir(w, 0o755) != nil {
+			return false
+		}
+		got, want := newSide(g), newSide(w)
+		defer got.closeAll()
+		defer want.closeAll()
+		for _, op := range seq {
+			if op.run(want) != op.run(got) {
+				return true
+			}
+		}
+		got.closeAll()
+		want.closeAll()
+		return !sameTrees(w, g)
+	}
+	if !fails(ops) {
+		return "(the failure does not reproduce in a fresh directory: not shrunk)\n"
+	}
+	min := shrink(ops, func(seq []diffOp) bool { return runs < maxShrinkRuns && fails(seq) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "shortest failing sequence found (%d of %d ops, %d replays):\n", len(min), len(ops), runs)
+	for _, op := range min {
+		fmt.Fprintf(&b, "  %s\n", op.desc)
+	}
+	return b.String()
+}
+
+// shrink returns a subsequence of seq for which fails holds, as short as
+// delta debugging finds it (ddmin: drop ever smaller chunks while the
+// rest still fails). fails(seq) must hold; it is called only on proper
+// subsequences, and a false answer (also one for lack of budget) keeps
+// what it was asked about.
+func shrink[T any](seq []T, fails func([]T) bool) []T {
+	n := 2
+	for len(seq) >= 2 {
+		chunk := (len(seq) + n - 1) / n
+		reduced := false
+		for start := 0; start < len(seq); start += chunk {
+			rest := append(append([]T(nil), seq[:start]...), seq[min(start+chunk, len(seq)):]...)
+			if len(rest) > 0 && fails(rest) {
+				seq, n, reduced = rest, max(n-1, 2), true
+				break
+			}
+		}
+		if !reduced {
+			if n >= len(seq) {
+				break
+			}
+			n = min(2*n, len(seq))
+		}
+	}
+	return seq
 }
 
 // diffSlots is the number of file descriptors kept open across ops.
@@ -292,6 +383,7 @@ var diffOps = []weighted{
 	{2, genReadlink}, {4, genSlotOpen}, {5, genSlotWrite}, {4, genSlotRead},
 	{2, genSlotTruncate}, {3, genSlotStat}, {1, genSlotFsync}, {3, genSlotClose},
 	{3, genXattr}, {2, genFallocate}, {2, genCopyRange}, {2, genChown},
+	{2, genMmap},
 }
 
 func genDiffOp(r *diffGen) diffOp {
@@ -643,6 +735,49 @@ func genXattr(r *diffGen) diffOp {
 	}
 }
 
+// genMmap changes a file through a shared writable mapping of all of it
+// (msync'd or not), unmaps it, and reads the file through a descriptor
+// the mapping did not use, while the mapping's descriptor is still open.
+func genMmap(r *diffGen) diffOp {
+	p, at, n := r.file(), r.Intn(4<<20), 1+randSize(r)/4
+	data := randData(r, n)
+	sync := r.Intn(2) == 0
+	rflags := unix.O_RDONLY
+	if r.noReadOnlySlots {
+		rflags = unix.O_RDWR // see noReadOnlySlots
+	}
+	return diffOp{fmt.Sprintf("mmap %s at %d mod size, len %d, msync %v", p, at, n, sync), func(s *side) string {
+		fd, err := unix.Open(s.path(p), unix.O_RDWR, 0)
+		if err != nil {
+			return "open " + errno(err)
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return "fstat " + errno(err)
+		}
+		if st.Size == 0 {
+			return "empty"
+		}
+		m, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return "mmap " + errno(err)
+		}
+		copy(m[at%len(m):], data)
+		serr := "none"
+		if sync {
+			serr = errno(unix.Msync(m, unix.MS_SYNC))
+		}
+		uerr := errno(unix.Munmap(m))
+		rfd, err := unix.Open(s.path(p), rflags, 0)
+		if err != nil {
+			return "reopen " + errno(err)
+		}
+		defer unix.Close(rfd)
+		return fmt.Sprintf("msync %s munmap %s %s", serr, uerr, preadAll(rfd))
+	}}
+}
+
 func genFallocate(r *diffGen) diffOp {
 	p, off, n := r.file(), int64(randSize(r)), int64(1+randSize(r))
 	mode := []uint32{0, unix.FALLOC_FL_KEEP_SIZE}[r.Intn(2)]
@@ -693,4 +828,24 @@ func genChown(r *diffGen) diffOp {
 		}
 		return statString(&st)
 	}}
+}
+
+// TestShrink checks the differential test's shrinker on a known cause: a
+// sequence fails when it holds both 13 and 71 with 13 first.
+func TestShrink(t *testing.T) {
+	seq := make([]int, 500)
+	for i := range seq {
+		seq[i] = i % 100
+	}
+	calls := 0
+	fails := func(s []int) bool {
+		calls++
+		i := slices.Index(s, 13)
+		return i >= 0 && slices.Contains(s[i:], 71)
+	}
+	got := shrink(seq, fails)
+	if !slices.Equal(got, []int{13, 71}) {
+		t.Fatalf("shrunk to %v, want [13 71]", got)
+	}
+	t.Logf("%d calls", calls)
 }

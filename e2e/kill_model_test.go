@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"encoding/hex"
 	"fmt"
+	"maps"
 	"math/rand"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,10 +28,11 @@ import (
 // directory.
 type killOp struct {
 	i      int
-	kind   string // create write append truncate rename link unlink mkdir rmdir symlink chmod
+	kind   string // create write append truncate rename exchange link unlink mkdir rmdir symlink chmod setxattr rmxattr
 	path   string
-	path2  string // rename/link destination
-	data   []byte // create/write/append content
+	path2  string // rename/link destination, exchange's other path
+	data   []byte // create/write/append content, setxattr value
+	xname  string // setxattr/rmxattr: the attribute
 	off    int64  // write offset
 	size   int64  // truncate size
 	mode   uint32 // create/mkdir/chmod
@@ -41,6 +45,12 @@ func (op killOp) String() string {
 	switch op.kind {
 	case "rename", "link":
 		s += " -> " + op.path2
+	case "exchange":
+		s += " <-> " + op.path2
+	case "setxattr":
+		s += fmt.Sprintf(" %s len %d", op.xname, len(op.data))
+	case "rmxattr":
+		s += " " + op.xname
 	case "create", "append":
 		s += fmt.Sprintf(" len %d", len(op.data))
 	case "write":
@@ -92,6 +102,20 @@ func (op killOp) exec(dirfd int) error {
 		err = unix.Symlinkat(op.target, dirfd, op.path)
 	case "chmod":
 		err = unix.Fchmodat(dirfd, op.path, op.mode, 0)
+	case "exchange":
+		err = unix.Renameat2(dirfd, op.path, dirfd, op.path2, unix.RENAME_EXCHANGE)
+	case "setxattr", "rmxattr":
+		var fd int
+		if fd, err = unix.Openat(dirfd, op.path, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			if op.kind == "setxattr" {
+				err = unix.Fsetxattr(fd, op.xname, op.data, 0)
+			} else {
+				err = unix.Fremovexattr(fd, op.xname)
+			}
+			if cerr := unix.Close(fd); err == nil {
+				err = cerr
+			}
+		}
 	default:
 		panic("unknown kill op " + op.kind)
 	}
@@ -160,16 +184,32 @@ func (m *kmodel) hasBig() bool {
 
 // kfile is a regular file's inode; hard links share it.
 type kfile struct {
-	data []byte
-	mode uint32
+	data   []byte
+	mode   uint32
+	xattrs map[string]string // user.* attributes, hex values (nil: none)
 }
 
 // knode is one name in the model.
 type knode struct {
 	kind   byte // 'f' 'd' 'l'
 	file   *kfile
-	mode   uint32 // directories
-	target string // symlinks
+	mode   uint32            // directories
+	target string            // symlinks
+	xattrs map[string]string // directories, as kfile.xattrs
+}
+
+// xattrsOf returns the attribute map of the node at p (its file's for a
+// regular file), made if create is set and there is none.
+func (m *kmodel) xattrsOf(p string, create bool) *map[string]string {
+	n := m.nodes[p]
+	x := &n.xattrs
+	if n.kind == 'f' {
+		x = &n.file.xattrs
+	}
+	if *x == nil && create {
+		*x = map[string]string{}
+	}
+	return x
 }
 
 // kmodel is the expected tree of a round's directory ("." is the round
@@ -244,6 +284,29 @@ func (m *kmodel) apply(op killOp) {
 		for q, n := range moved {
 			m.nodes[q] = n
 		}
+	case "exchange":
+		moved := map[string]*knode{}
+		for q, n := range m.nodes {
+			switch {
+			case q == op.path || under(q, op.path):
+				moved[op.path2+q[len(op.path):]] = n
+				delete(m.nodes, q)
+			case q == op.path2 || under(q, op.path2):
+				moved[op.path+q[len(op.path2):]] = n
+				delete(m.nodes, q)
+			}
+		}
+		for q, n := range moved {
+			m.nodes[q] = n
+		}
+	case "setxattr":
+		(*m.xattrsOf(op.path, true))[op.xname] = hex.EncodeToString(op.data)
+	case "rmxattr":
+		x := m.xattrsOf(op.path, false)
+		delete(*x, op.xname)
+		if len(*x) == 0 {
+			*x = nil
+		}
 	case "link":
 		m.nodes[op.path2] = &knode{kind: 'f', file: m.nodes[op.path].file}
 	case "unlink", "rmdir":
@@ -276,7 +339,7 @@ func (m *kmodel) tree() tree {
 					nl++
 				}
 			}
-			t[p] = entry{Type: 'd', Perm: n.mode, Nlink: nl}
+			t[p] = entry{Type: 'd', Perm: n.mode, Nlink: nl, Xattrs: maps.Clone(n.xattrs)}
 		case 'l':
 			t[p] = entry{Type: 'l', Size: int64(len(n.target)), Target: n.target, Nlink: 1}
 		}
@@ -285,7 +348,7 @@ func (m *kmodel) tree() tree {
 		sort.Strings(paths)
 		for _, p := range paths {
 			t[p] = entry{Type: 'f', Perm: f.mode, Size: int64(len(f.data)), Hash: hashBytes(f.data),
-				Nlink: uint64(len(paths)), Links: paths[0]}
+				Nlink: uint64(len(paths)), Links: paths[0], Xattrs: maps.Clone(f.xattrs)}
 		}
 	}
 	return t
@@ -321,7 +384,7 @@ func (g *killGen) next() killOp {
 	}{
 		{"create", 25}, {"write", 15}, {"append", 10}, {"truncate", 5}, {"rename", 10},
 		{"renamedir", 3}, {"unlink", 8}, {"mkdir", 6}, {"rmdir", 3}, {"link", 4},
-		{"symlink", 4}, {"chmod", 4},
+		{"symlink", 4}, {"chmod", 4}, {"exchange", 3}, {"setxattr", 4},
 	}
 	if len(files) > 40 {
 		weights[6].w = 40 // keep the tree small: unlink more
@@ -432,6 +495,48 @@ func (g *killGen) next() killOp {
 		op.kind, op.path = "symlink", newName()
 		op.target = fmt.Sprintf("target-%d/%s", op.i, strings.Repeat("x", r.Intn(40)))
 		op.fsync = fsyncParent(op.path)
+	case "exchange":
+		// Two entries of which neither holds the other: files, or
+		// directories other than the round's.
+		all := append(append([]string(nil), files...), movable...)
+		op.kind, op.path = "exchange", pick(all)
+		// Only exchanges that change the tree (not two names of one
+		// file, not two equal empty directories): every op must show.
+		var other []string
+		before := m.tree()
+		for _, q := range all {
+			if q != op.path && !under(q, op.path) && !under(op.path, q) {
+				c := &kmodel{nodes: maps.Clone(m.nodes)}
+				c.apply(killOp{kind: "exchange", path: op.path, path2: q})
+				if !maps.EqualFunc(before, c.tree(), func(a, b entry) bool { return a.diff(b) == "" }) {
+					other = append(other, q)
+				}
+			}
+		}
+		if len(other) == 0 {
+			op.kind, op.path = "mkdir", newName() // nothing to exchange with
+			op.mode = 0o755
+			op.fsync = op.path
+			break
+		}
+		op.path2 = pick(other)
+		op.fsync = fsyncParent(op.path2)
+	case "setxattr":
+		all := append(append([]string(nil), files...), movable...)
+		op.kind, op.path = "setxattr", pick(all)
+		op.xname = []string{"user.a", "user.b"}[r.Intn(2)]
+		xs := *m.xattrsOf(op.path, false)
+		old, ok := xs[op.xname]
+		switch {
+		case len(xs) > 0 && r.Intn(3) == 0:
+			op.kind, op.xname = "rmxattr", slices.Sorted(maps.Keys(xs))[0]
+		default:
+			op.data = randData(r, r.Intn(200))
+			if ok && hex.EncodeToString(op.data) == old {
+				op.data = append(op.data, 1) // a change, so that it shows
+			}
+		}
+		op.fsync = op.path
 	case "chmod":
 		all := append(append([]string(nil), files...), movable...)
 		if len(all) == 0 {

@@ -581,7 +581,13 @@ func (r *rawFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) erro
 	if err != nil {
 		return err
 	}
-	for i := idx; i < len(ls.entries); i++ {
+	i := idx
+	defer func() {
+		if i >= len(ls.entries) {
+			r.listings.finished(ls)
+		}
+	}()
+	for ; i < len(ls.entries); i++ {
 		e := ls.entries[i]
 		de := fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: e.Mode, Off: dirOffset(ls.num, i)}
 		if !plus {

@@ -1,8 +1,10 @@
 package fusefs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"wsfs/internal/objid"
@@ -153,4 +155,70 @@ func TestMissingObjectEIOOnMount(t *testing.T) {
 	if string(mustRead(t, e.path("small"))) != "fine" {
 		t.Fatal("the rest of the mount does not read")
 	}
+}
+
+// TestXattrLimitsOnMount: a name that is only a namespace prefix
+// ("user.") is EINVAL, as on Linux filesystems, not an attribute with an
+// empty name; and the names of one inode's attributes stay within what
+// listxattr(2) can return (XATTR_LIST_MAX, 64 KiB): one more name is
+// ENOSPC, as on ext4 when an inode's attributes are full. Before, the
+// names grew without bound and once past 64 KiB every listxattr of the
+// file failed with E2BIG (getfattr -d, rsync -X, tar --xattrs), also
+// after a remount.
+func TestXattrLimitsOnMount(t *testing.T) {
+	e := newEnv(t, Options{})
+	p := e.path("f")
+	mustWrite(t, p, []byte("x"))
+	for _, name := range []string{"user.", "trusted.", "security."} {
+		if err := unix.Setxattr(p, name, []byte("v"), 0); err != unix.EINVAL {
+			t.Errorf("setxattr %q: %v, want EINVAL", name, err)
+		}
+		if _, err := unix.Getxattr(p, name, make([]byte, 8)); err != unix.EINVAL {
+			t.Errorf("getxattr %q: %v, want EINVAL", name, err)
+		}
+		if err := unix.Removexattr(p, name); err != unix.EINVAL {
+			t.Errorf("removexattr %q: %v, want EINVAL", name, err)
+		}
+	}
+	// Names of 255 bytes: 256 bytes each in the list, so the 256th does
+	// not fit (the list would be exactly 64 KiB plus one name).
+	name := func(i int) string { return fmt.Sprintf("user.%03d%s", i, strings.Repeat("n", 247)) }
+	set := 0
+	for ; set < 300; set++ {
+		err := unix.Setxattr(p, name(set), nil, 0)
+		if err == unix.ENOSPC {
+			break
+		}
+		if err != nil {
+			t.Fatalf("setxattr #%d: %v", set, err)
+		}
+	}
+	if set != 256 {
+		t.Fatalf("%d names of 255 bytes set before ENOSPC, want 256 (64 KiB of list)", set)
+	}
+	// Replacing an existing attribute's value needs no room in the list.
+	if err := unix.Setxattr(p, name(0), []byte("new"), unix.XATTR_REPLACE); err != nil {
+		t.Fatalf("replace with a full list: %v", err)
+	}
+	check := func(when string) {
+		t.Helper()
+		n, err := unix.Listxattr(p, nil)
+		if err != nil || n != 1<<16 {
+			t.Fatalf("%s: listxattr size probe: %d %v, want %d", when, n, err, 1<<16)
+		}
+		buf := make([]byte, n)
+		if n, err = unix.Listxattr(p, buf); err != nil || n != len(buf) {
+			t.Fatalf("%s: listxattr: %d %v", when, n, err)
+		}
+	}
+	check("full")
+	// Removing one makes room for one.
+	if err := unix.Removexattr(p, name(7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(p, name(999), nil, 0); err != nil {
+		t.Fatalf("setxattr after a removal: %v", err)
+	}
+	e.remount()
+	check("after remount")
 }

@@ -31,12 +31,21 @@ import (
 //
 // Listings are kept in memory after their end too (a process may seek back
 // to an offset it got), bounded by listingsMaxCount, listingsMaxEntries and
-// listingsIdle, least recently used first out. A READDIR naming a listing
-// no longer kept (dropped by those bounds, or from before a restart of the
-// daemon, which a new mount never sees) is served from a new snapshot at
-// the same index: correct when the directory did not change, and at worst
-// an entry skipped or repeated when it did. The bounds are far above what
-// a listing in progress needs.
+// listingsIdle, least recently used first out. A listing in progress (not
+// yet read to its end, and read within listingsBusy) is dropped only when
+// idle: however many readers list large directories at once, each keeps
+// its snapshot (25 readers of a 50,000-entry directory already exceed the
+// entry bound; dropping theirs made every one of them see entries twice or
+// not at all, each replacement snapshot dropping the next). Its memory is
+// that of the listings being read, as in the kernel's own page cache, up
+// to listingsHardFactor times the bounds (a flood of readers that stop
+// early, each of a directory changed since the last, must not exhaust
+// memory in listingsBusy). A
+// READDIR naming a listing no longer kept (dropped by those bounds, or
+// from before a restart of the daemon, which a new mount never sees) is
+// served from a new snapshot at the same index: correct when the
+// directory did not change, and at worst an entry skipped or repeated
+// when it did.
 type listings struct {
 	mu      sync.Mutex
 	next    uint32 // number of the last listing; 1..maxListing
@@ -52,13 +61,16 @@ type listing struct {
 	num     uint32
 	dir     workspace.Ino
 	entries []workspace.DirEntry
-	used    time.Time
+	used    time.Time // listings.mu
+	done    bool      // read to its end once (listings.mu)
 }
 
 const (
 	listingsMaxCount   = 4096
 	listingsMaxEntries = 1 << 20
 	listingsIdle       = 5 * time.Minute
+	listingsBusy       = 30 * time.Second // a listing in progress read this recently is kept
+	listingsHardFactor = 8                // ... unless the bounds are exceeded this many times over
 	// maxListing keeps offsets below 2^63: the kernel's directory
 	// position is a signed loff_t.
 	maxListing = 1<<31 - 1
@@ -120,16 +132,32 @@ func (l *listings) add(dir workspace.Ino, entries []workspace.DirEntry) *listing
 	ls := &listing{num: l.next, dir: dir, entries: entries, used: l.now()}
 	l.byNum[ls.num] = l.lru.PushFront(ls)
 	l.entries += len(entries)
-	cutoff := ls.used.Add(-listingsIdle)
-	for l.lru.Len() > 1 {
-		back := l.lru.Back()
-		old := back.Value.(*listing)
-		if l.lru.Len() <= listingsMaxCount && l.entries <= listingsMaxEntries && !old.used.Before(cutoff) {
-			break
+	idle, busy := ls.used.Add(-listingsIdle), ls.used.Add(-listingsBusy)
+	// From the least recently used: drop idle listings, and while over a
+	// bound, listings not in progress.
+	for e := l.lru.Back(); e != nil && e != l.lru.Front(); {
+		prev, old := e.Prev(), e.Value.(*listing)
+		over := l.lru.Len() > listingsMaxCount || l.entries > listingsMaxEntries
+		hard := l.lru.Len() > listingsHardFactor*listingsMaxCount || l.entries > listingsHardFactor*listingsMaxEntries
+		switch {
+		case old.used.Before(idle):
+			l.remove(e)
+		case !over:
+			return ls // the rest is more recently used: not idle either
+		case old.done || old.used.Before(busy) || hard:
+			l.remove(e)
 		}
-		l.remove(back)
+		e = prev
 	}
 	return ls
+}
+
+// finished notes that ls was read to its end: it no longer counts as in
+// progress.
+func (l *listings) finished(ls *listing) {
+	l.mu.Lock()
+	ls.done = true
+	l.mu.Unlock()
 }
 
 // remove drops a kept listing. l.mu must be held.

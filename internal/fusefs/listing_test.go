@@ -90,7 +90,8 @@ func TestListings(t *testing.T) {
 
 // TestListingsBounds checks that kept listings stay within their count and
 // entry bounds, least recently used out first, and that the numbers wrap
-// around without reusing one still kept.
+// around without reusing one still kept. The listings are read to their
+// end (in progress, they would be kept: TestListingsInProgressKept).
 func TestListingsBounds(t *testing.T) {
 	l := newListings()
 	one := func() ([]workspace.DirEntry, error) { return []workspace.DirEntry{{Name: "f", Ino: 9}}, nil }
@@ -100,6 +101,7 @@ func TestListingsBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		l.finished(ls)
 		if i == 0 {
 			keep = ls
 		}
@@ -118,9 +120,11 @@ func TestListingsBounds(t *testing.T) {
 		big[i] = workspace.DirEntry{Name: fmt.Sprint(i), Ino: workspace.Ino(i + 2)}
 	}
 	for range 3 {
-		if _, _, err := l.at(2, 0, func() ([]workspace.DirEntry, error) { return big, nil }); err != nil {
+		ls, _, err := l.at(2, 0, func() ([]workspace.DirEntry, error) { return big, nil })
+		if err != nil {
 			t.Fatal(err)
 		}
+		l.finished(ls)
 	}
 	if l.entries > listingsMaxEntries {
 		t.Fatalf("%d entries kept, bound %d", l.entries, listingsMaxEntries)
@@ -133,5 +137,74 @@ func TestListingsBounds(t *testing.T) {
 	}
 	if dirOffset(a.num, 1<<31) >= 1<<63 {
 		t.Fatal("offset above loff_t")
+	}
+}
+
+// TestListingsInProgressKept: listings still being read are not dropped
+// for the count and entry bounds while their readers are active, however
+// many there are (25 readers of a 50,000-entry directory that changed
+// between their opens took 1.25 M entries: the oldest listings were
+// dropped mid-way, each READDIR naming one made a new snapshot that
+// dropped the next, and every reader but the last got entries twice or
+// not at all). Finished listings, and ones whose reader has been idle for
+// listingsBusy, give way as before.
+func TestListingsInProgressKept(t *testing.T) {
+	clock := time.Unix(1e9, 0)
+	l := newListings()
+	l.now = func() time.Time { return clock }
+	big := make([]workspace.DirEntry, listingsMaxEntries/4)
+	for i := range big {
+		big[i] = workspace.DirEntry{Name: fmt.Sprint(i), Ino: workspace.Ino(i + 2)}
+	}
+	read := func() ([]workspace.DirEntry, error) { return big, nil }
+	var open []*listing
+	for range 8 { // twice the entry bound, all in progress
+		ls, _, err := l.at(1, 0, read)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, ls)
+		clock = clock.Add(time.Second)
+	}
+	for i, ls := range open {
+		if l.get(ls.num, 1) == nil {
+			t.Fatalf("listing %d of 8 dropped while in progress", i)
+		}
+	}
+	// Four readers finish; the next new listing drops finished ones down
+	// to the bounds, and no listing still in progress.
+	for _, ls := range open[:4] {
+		l.finished(ls)
+	}
+	if _, _, err := l.at(2, 0, read); err != nil {
+		t.Fatal(err)
+	}
+	for i, ls := range open[4:] {
+		if l.get(ls.num, 1) == nil {
+			t.Fatalf("listing %d in progress dropped", 4+i)
+		}
+	}
+	if kept := l.lru.Len(); kept != 5 {
+		t.Fatalf("%d listings kept, want the 4 in progress and the new one", kept)
+	}
+	// Even listings in progress give way past the hard bound.
+	for range 4*listingsHardFactor + 4 {
+		if _, _, err := l.at(3, 0, read); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.entries > listingsHardFactor*listingsMaxEntries {
+		t.Fatalf("%d entries kept in progress, hard bound %d", l.entries, listingsHardFactor*listingsMaxEntries)
+	}
+	if l.get(open[4].num, 1) != nil {
+		t.Fatal("the least recently used listing in progress kept past the hard bound")
+	}
+	// Readers idle for listingsBusy no longer hold their listings.
+	clock = clock.Add(listingsBusy + time.Second)
+	if _, _, err := l.at(2, 0, read); err != nil {
+		t.Fatal(err)
+	}
+	if l.entries > listingsMaxEntries {
+		t.Fatalf("%d entries kept after the readers went idle, bound %d", l.entries, listingsMaxEntries)
 	}
 }

@@ -734,6 +734,14 @@ const (
 	xattrReplace = 2
 )
 
+// maxXattrList bounds the names of one inode's attributes, each counted
+// with its terminating NUL as listxattr(2) returns them: XATTR_LIST_MAX.
+// The kernel cannot return a longer list (listxattr fails with E2BIG, for
+// every caller and for good), so SetXattr refuses a new name that would
+// make the list longer with ENOSPC, as ext4 does when an inode's
+// attributes are full.
+const maxXattrList = 1 << 16
+
 // xattrNamespaceErr checks an attribute name's namespace as Linux does:
 // only "user.", "trusted." and "security." attributes are stored; any other
 // prefix (an unknown namespace such as "bogus.", or "system.", whose
@@ -741,9 +749,13 @@ const (
 // security.capability also gives EOPNOTSUPP: file capabilities are not
 // supported (the mount hides the attribute from the kernel's exec and
 // write paths, see fusefs IgnoreSecurityLabels), so storing it would be a
-// success that does nothing.
+// success that does nothing. A name that is only a prefix ("user.") is
+// EINVAL, as the kernel answers for a filesystem whose handlers it
+// resolves itself (over FUSE the whole name reaches the daemon).
 func xattrNamespaceErr(name string, set bool) error {
 	switch {
+	case name == "user." || name == "trusted." || name == "security.":
+		return syscall.EINVAL
 	case set && name == "security.capability":
 		return syscall.EOPNOTSUPP
 	case strings.HasPrefix(name, "user."), strings.HasPrefix(name, "trusted."), strings.HasPrefix(name, "security."):
@@ -802,8 +814,20 @@ func (w *Workspace) SetXattr(ino Ino, name string, value []byte, flags uint32) e
 	if flags&xattrReplace != 0 && !exists {
 		return wsErr("setxattr", ino, name, syscall.ENODATA)
 	}
+	if !exists && xattrListLen(n.Xattrs)+len(name)+1 > maxXattrList {
+		return wsErr("setxattr", ino, name, syscall.ENOSPC)
+	}
 	rec := &namespace.Record{Op: namespace.OpSetXattr, Ino: n.Ino, Name: name, Value: value, Time: w.now()}
 	return wsErr("setxattr", ino, name, w.record(rec, nil, n.Nlink > 0))
+}
+
+// xattrListLen is the length of the list listxattr(2) returns for xs.
+func xattrListLen(xs map[string][]byte) int {
+	l := 0
+	for k := range xs {
+		l += len(k) + 1
+	}
+	return l
 }
 
 // ListXattr returns the names of the extended attributes, sorted.
