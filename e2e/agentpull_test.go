@@ -326,3 +326,62 @@ func TestPullKilledAgentState(t *testing.T) {
 		t.Fatalf("rm --remote of a workspace that is nowhere: exit %d\n%s\nwant exit 3", code, out)
 	}
 }
+
+// TestPushCarriesAgentState: the agent's transactions that its sidecar
+// never replicated (written after the sidecar stopped, as an agent may
+// while `wsfs up` stops its children) leave with a pushed workspace:
+// push used to ship the files and release the lease with the replica
+// behind the database, so that the pull on host B silently restored an
+// older agent state, and A's pushed copy, whose sidecar then refuses to
+// start, held the only copy of the rest.
+func TestPushCarriesAgentState(t *testing.T) {
+	requireMount(t)
+	srv := s3test.Start(t)
+	cfg := srv.Config("agentpush")
+	const name = "agentpush"
+	homeA := filepath.Join(t.TempDir(), "home-a")
+	wsfsCommand(t, "init", "--home", homeA)
+	setRemote(t, homeA, cfg)
+	mntA, stopA := mountWorkspace(t, &mountOpts{home: homeA, name: name})
+	writeSynced(t, filepath.Join(mntA, "f"), []byte("a file, so that there is a group to ship\n"))
+	stopA(false)
+	scOut, _, _, stopSC := startSidecarProc(t, homeA, name)
+	deadline := time.Now().Add(commandTimeout)
+	for !scOut.contains("replicating agent state") {
+		if time.Now().After(deadline) {
+			t.Fatalf("sidecar on A not replicating within %v:\n%s", commandTimeout, scOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dbA := filepath.Join(homeA, "state", "workspaces", name, "agent", "state.db")
+	insert := func(n int) {
+		db, err := agentstate.OpenDB(dbA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, body TEXT)`); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if _, err := db.Exec(`INSERT INTO notes (body) VALUES (?)`, fmt.Sprintf("note %d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	insert(20)
+	wsfsOutput(t, commandTimeout, "state", "sync", "--home", homeA, name)
+	if err := stopSC(); err != nil {
+		t.Fatalf("sidecar on A: %v", err)
+	}
+	insert(10) // committed, never replicated by a sidecar
+	wsfsOutput(t, commandTimeout, "push", "--home", homeA, name)
+
+	homeB := filepath.Join(t.TempDir(), "home-b")
+	wsfsCommand(t, "init", "--home", homeB)
+	setRemote(t, homeB, cfg)
+	wsfsOutput(t, commandTimeout, "pull", "--home", homeB, name)
+	if n := noteCount(t, filepath.Join(homeB, "state", "workspaces", name, "agent", "state.db")); n != 30 {
+		t.Fatalf("B's pulled agent state holds %d rows; A committed 30 before the push", n)
+	}
+}

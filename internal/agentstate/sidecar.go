@@ -48,6 +48,11 @@ type Options struct {
 	// ShutdownSyncTimeout bounds Close (final sync and release). Default
 	// 20s: below the supervisor's default stop timeout of 30s.
 	ShutdownSyncTimeout time.Duration
+	// LockHeld says the caller holds the sidecar lock (LockSidecar) for
+	// the sidecar's whole run, as `wsfs push` does while it replicates
+	// once before it ships: Start then neither takes it nor, at Close,
+	// releases it.
+	LockHeld bool
 	// Logger receives the sidecar's and Litestream's messages.
 	Logger *slog.Logger
 }
@@ -154,7 +159,10 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		return nil, errors.Join(err, Ensure(opts.DBPath, opts.Workspace))
 	}
 	// One sidecar per database: two would upload conflicting LTX files.
-	lock, err := LockSidecar(opts.DBPath)
+	var lock io.Closer = heldLock{}
+	if !opts.LockHeld {
+		lock, err = LockSidecar(opts.DBPath)
+	}
 	if errors.Is(err, vfs.ErrLocked) {
 		return nil, fmt.Errorf("another sidecar is already replicating %s: %w", opts.DBPath, err)
 	}
@@ -291,6 +299,12 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 	log.Info("replicating agent state", "db", opts.DBPath, "replica", opts.ReplicaURL, "sync_interval", opts.SyncInterval)
 	return s, nil
 }
+
+// heldLock stands for a sidecar lock that the caller holds
+// (Options.LockHeld): closing it releases nothing.
+type heldLock struct{}
+
+func (heldLock) Close() error { return nil }
 
 // durableLTXDirs makes the directory chain of Litestream's local LTX files
 // (DIR/.state.db-litestream/ltx/0 beside the database) durable: it creates
