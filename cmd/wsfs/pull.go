@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -190,7 +191,7 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 			return nil
 		}
 		url := cfg.AgentStateURL(name)
-		if in := res.Snapshot; in != nil && in.Agent != nil {
+		if in := res.Snapshot; in != nil && in.Agent != nil && !slices.Contains(res.AgentMissing, in.ID) {
 			// A snapshot's state: its agent state copy, the one taken
 			// with its files (the replica as of its time may lack what
 			// the sidecar had not uploaded then).
@@ -244,6 +245,9 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	published = true
+	if len(res.AgentMissing) > 0 {
+		fmt.Fprintf(g.stderr, "wsfs pull: warning: the agent state copy of shipped snapshot(s) %v is not all in %s (shipped by an older wsfs): a fork or restore of them here fails on the missing chunk; their files are complete\n", res.AgentMissing, cfg)
+	}
 	if err := h.RegisterWorkspace(name); err != nil {
 		return fmt.Errorf("pull %s: register the workspace in the pool: %w", name, err)
 	}

@@ -76,8 +76,13 @@ type PullResult struct {
 	// the state pulled (the replica as of its time may lack what the
 	// sidecar had not uploaded by then).
 	Snapshot *snapshot.Info
-	AsOf     uint64 // the group whose state was restored (Group, unless At chose an older one)
-	AsOfTime time.Time
+	// AgentMissing are the shipped snapshots whose agent state copy is
+	// not all in the bucket (shipped by a wsfs that did not upload those
+	// chunks): the pull goes on without it; their fork or restore here
+	// fails on the missing chunk.
+	AgentMissing []uint64
+	AsOf         uint64 // the group whose state was restored (Group, unless At chose an older one)
+	AsOfTime     time.Time
 	// TreeTime is the time to read the head, checkpoint and batches and
 	// rebuild the tree; WriteTime to write the workspace directory (the
 	// log synced, the checkpoint not: its first opener syncs it).
@@ -183,11 +188,38 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 		}
 	}
 	visited := map[objid.ID]bool{}
+	checked := map[objid.ID]bool{} // agent state chunks found in the bucket
 	for _, in := range snaps {
 		if err := manifest.ForEachObject(remoteManifests{ctx, st}, in.Root, visited, func(id objid.ID) { ids[id] = struct{}{} }); err != nil {
 			return res, fmt.Errorf("pull %s: shipped snapshot %d: %w", opts.Name, in.ID, err)
 		}
-		snapshot.AgentObjects(in, func(id objid.ID) { ids[id] = struct{}{} })
+		// The agent state copy's chunks, each checked (HEAD) unless the
+		// tree has it: an entry shipped by an older wsfs names chunks
+		// that were never uploaded, which must not fail the pull nor
+		// keep a lazy workspace's prefetch retrying forever.
+		var agent []objid.ID
+		snapshot.AgentObjects(in, func(id objid.ID) { agent = append(agent, id) })
+		missing := false
+		for _, id := range agent {
+			if _, ok := ids[id]; ok || checked[id] {
+				continue
+			}
+			ok, err := st.Exists(ctx, remote.ObjectKey(id.String()))
+			if err != nil {
+				return res, fmt.Errorf("pull %s: shipped snapshot %d: agent state chunk %s: %w", opts.Name, in.ID, id, err)
+			}
+			if !ok {
+				missing = true
+				continue
+			}
+			checked[id] = true
+		}
+		if missing {
+			res.AgentMissing = append(res.AgentMissing, in.ID)
+		}
+	}
+	for id := range checked {
+		ids[id] = struct{}{}
 	}
 	res.Objects = len(ids)
 	list := make([]objid.ID, 0, len(ids))

@@ -379,6 +379,21 @@ func TestShipSnapshotAgentCopy(t *testing.T) {
 	if got := agentDump(t, agentstate.DBIn(fork)); got != want {
 		t.Fatalf("pulled snapshot's agent state %q, want %q", got, want)
 	}
+	if len(res.AgentMissing) != 0 {
+		t.Fatalf("AgentMissing %v with every chunk shipped", res.AgentMissing)
+	}
+	// A bucket whose entry names a chunk that was never uploaded (an
+	// older shipper): the pull goes on and says which snapshot lacks it.
+	if err := st.Delete(ctx, remote.ObjectKey(in.Agent.Content.Chunks[0].String())); err != nil {
+		t.Fatal(err)
+	}
+	res, _, _, err = pullAt(t, st, At{})
+	if err != nil {
+		t.Fatalf("pull with a snapshot's agent chunk missing from the bucket: %v", err)
+	}
+	if len(res.AgentMissing) != 1 || res.AgentMissing[0] != in.ID {
+		t.Fatalf("AgentMissing %v, want [%d]", res.AgentMissing, in.ID)
+	}
 }
 
 // agentDump returns the wsfs_meta rows of the agent database at path.
