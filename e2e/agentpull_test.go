@@ -326,3 +326,97 @@ func TestPullKilledAgentState(t *testing.T) {
 		t.Fatalf("rm --remote of a workspace that is nowhere: exit %d\n%s\nwant exit 3", code, out)
 	}
 }
+
+// TestPushCarriesAgentState: the agent's transactions that its sidecar
+// never replicated (written after the sidecar stopped, as an agent may
+// while `wsfs up` stops its children) leave with a pushed workspace:
+// push used to ship the files and release the lease with the replica
+// behind the database, so that the pull on host B silently restored an
+// older agent state, and A's pushed copy, whose sidecar then refuses to
+// start, held the only copy of the rest. The snapshots' agent state
+// copies leave with it too: their chunks were never shipped (a fork or
+// restore of a pulled snapshot failed on a missing object), and `pull
+// --at SNAPSHOT` restored the replica as of the snapshot's time, which
+// lacks what the sidecar had not uploaded by then, instead of the copy.
+func TestPushCarriesAgentState(t *testing.T) {
+	requireMount(t)
+	srv := s3test.Start(t)
+	cfg := srv.Config("agentpush")
+	const name = "agentpush"
+	homeA := filepath.Join(t.TempDir(), "home-a")
+	wsfsCommand(t, "init", "--home", homeA)
+	setRemote(t, homeA, cfg)
+	mntA, stopA := mountWorkspace(t, &mountOpts{home: homeA, name: name})
+	writeSynced(t, filepath.Join(mntA, "f"), []byte("a file, so that there is a group to ship\n"))
+	stopA(false)
+	scOut, _, _, stopSC := startSidecarProc(t, homeA, name)
+	deadline := time.Now().Add(commandTimeout)
+	for !scOut.contains("replicating agent state") {
+		if time.Now().After(deadline) {
+			t.Fatalf("sidecar on A not replicating within %v:\n%s", commandTimeout, scOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dbA := filepath.Join(homeA, "state", "workspaces", name, "agent", "state.db")
+	insert := func(n int) {
+		db, err := agentstate.OpenDB(dbA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, body TEXT)`); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if _, err := db.Exec(`INSERT INTO notes (body) VALUES (?)`, fmt.Sprintf("note %d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	insert(20)
+	wsfsOutput(t, commandTimeout, "state", "sync", "--home", homeA, name)
+	if err := stopSC(); err != nil {
+		t.Fatalf("sidecar on A: %v", err)
+	}
+	insert(10) // committed, never replicated by a sidecar
+	wsfsOutput(t, commandTimeout, "snapshot", "create", "--home", homeA, name)
+	insert(5) // after the snapshot
+	wsfsOutput(t, commandTimeout, "push", "--home", homeA, name)
+
+	homeB := filepath.Join(t.TempDir(), "home-b")
+	wsfsCommand(t, "init", "--home", homeB)
+	setRemote(t, homeB, cfg)
+	// --fetch-all: a lazily pulled workspace's snapshots fork only once
+	// their objects are local.
+	wsfsOutput(t, commandTimeout, "pull", "--home", homeB, "--fetch-all", name)
+	if n := noteCount(t, filepath.Join(homeB, "state", "workspaces", name, "agent", "state.db")); n != 35 {
+		t.Fatalf("B's pulled agent state holds %d rows; A committed 35 before the push", n)
+	}
+	// The shipped snapshot's agent state copy came along: a fork of it on
+	// B has the 30 rows committed before the snapshot.
+	wsfsOutput(t, commandTimeout, "fork", "--home", homeB, name+"@1", "forked")
+	if n := noteCount(t, filepath.Join(homeB, "state", "workspaces", "forked", "agent", "state.db")); n != 30 {
+		t.Fatalf("fork of the pulled snapshot on B: agent state holds %d rows, want the snapshot's 30", n)
+	}
+	// pull --at the snapshot restores the snapshot's copy, not the replica
+	// as of the snapshot's time (which lacked the 10 rows then).
+	homeC := filepath.Join(t.TempDir(), "home-c")
+	wsfsCommand(t, "init", "--home", homeC)
+	setRemote(t, homeC, cfg)
+	wsfsOutput(t, commandTimeout, "push", "--home", homeB, name)
+	wsfsOutput(t, commandTimeout, "pull", "--home", homeC, "--at", "1", name)
+	if n := noteCount(t, filepath.Join(homeC, "state", "workspaces", name, "agent", "state.db")); n != 30 {
+		t.Fatalf("pull --at 1: agent state holds %d rows, want the snapshot's 30", n)
+	}
+	// C's sidecar takes the restored copy as the replica's next state.
+	cOut, _, _, _ := startSidecarProc(t, homeC, name)
+	for deadline := time.Now().Add(commandTimeout); !cOut.contains("replicating agent state"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sidecar on C not replicating within %v:\n%s", commandTimeout, cOut.String())
+		}
+	}
+	wsfsOutput(t, commandTimeout, "state", "sync", "--home", homeC, name)
+	if n := replicaRows(t, cfg.AgentStateURL(name)); n != 30 {
+		t.Fatalf("the replica after C's sidecar started restores %d rows, want the snapshot's 30", n)
+	}
+}

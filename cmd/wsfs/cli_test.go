@@ -316,6 +316,7 @@ func TestExitCodeOf(t *testing.T) {
 		{wrap(layout.ErrNotEmpty), exitPrecondition},
 		{wrap(layout.ErrNoLayout), exitPrecondition},
 		{wrap(&agentstate.NotAvailableError{}), exitPrecondition},
+		{wrap(&agentstate.DamagedReplicaError{}), exitCorrupt},
 		// An explicit mark wins over a sentinel inside it.
 		{corruptError{wrap(vfs.ErrLocked)}, exitCorrupt},
 	} {

@@ -32,7 +32,7 @@ var exitCodes = []struct {
 	{exitFailure, "runtime failure: I/O error, failed sync, verification failure, a mount removed from outside, no sidecar answering `state sync`"},
 	{exitUsage, "usage error: unknown command or flag, bad flag value, missing or extra argument, invalid workspace name (the message says what is wrong with it)"},
 	{exitPrecondition, "precondition not met: no host or unknown workspace; no `/dev/fuse`; not root (mount, layout), or not the user the host belongs to; mount point missing, not empty, already mounted by a live daemon, or inside (or around) the host's own directories; workspace served by another daemon or sidecar; state or pool directory not empty (`layout create`); no layout, or a layout filesystem not mounted; gc unable to account for every workspace using the pool, or another gc running; a workspace pushed from this host (`push`, `sync`); a replica without the state asked for (`state restore`); a sidecar whose database never replicated from this host while its replica holds state (restore it first)"},
-	{exitCorrupt, "corrupt data (log, object, snapshot catalog entry, a pulled workspace's fetch state, or a directory or FIFO where wsfs keeps a file): the message names the segment, object or file and what to do"},
+	{exitCorrupt, "corrupt data (log, object, snapshot catalog entry, a pulled workspace's fetch state, a file of an agent state replica, or a directory or FIFO where wsfs keeps a file): the message names the segment, object or file and what to do"},
 }
 
 // usageError marks an error as the caller's wrong invocation.
@@ -84,6 +84,7 @@ func exitCodeOf(err error) int {
 	var p preconditionError
 	var c corruptError
 	var na *agentstate.NotAvailableError
+	var dr *agentstate.DamagedReplicaError
 	switch {
 	case errors.As(err, &u):
 		return exitUsage
@@ -93,6 +94,8 @@ func exitCodeOf(err error) int {
 		return exitCorrupt
 	case errors.As(err, &na):
 		return exitPrecondition
+	case errors.As(err, &dr):
+		return exitCorrupt
 	}
 	for _, s := range sentinelCodes {
 		if errors.Is(err, s.err) {

@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"wsfs/internal/agentstate"
 	"wsfs/internal/host"
+	"wsfs/internal/objid"
 	"wsfs/internal/pool"
 	"wsfs/internal/remote"
 	"wsfs/internal/ship"
+	"wsfs/internal/snapshot"
 	"wsfs/internal/vfs"
 )
 
@@ -67,7 +70,8 @@ shipped by then. Nothing matching is an error (exit 3) listing what exists.
 The state is restored as a new group one past the remote head's (group
 numbers never go back), and shipped right away as the workspace's new
 remote head: later states that no snapshot holds are then left to remote
-GC. The agent state is restored as of the same time.
+GC. The agent state is a snapshot's own copy (taken with its files), or
+for a cut of the log the replica as of its time.
 `
 
 func runPull(ctx context.Context, g *globals, args []string) error {
@@ -187,6 +191,17 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 			return nil
 		}
 		url := cfg.AgentStateURL(name)
+		if in := res.Snapshot; in != nil && in.Agent != nil && !slices.Contains(res.AgentMissing, in.ID) {
+			// A snapshot's state: its agent state copy, the one taken
+			// with its files (the replica as of its time may lack what
+			// the sidecar had not uploaded then).
+			if err := pullSnapshotAgent(ctx, st, tmp, url, *in); err != nil {
+				agentErr = fmt.Errorf("pull %s: restore the agent state of snapshot %d: %w (nothing was written here; pull again)", name, in.ID, err)
+				return agentErr
+			}
+			agentMsg = fmt.Sprintf("%s: restored the agent state of snapshot %d from %s\n", name, in.ID, cfg)
+			return nil
+		}
 		ro := agentstate.RestoreOptions{ReplicaURL: url, To: filepath.Join(host.AgentDirIn(tmp), agentstate.DBName), Adopt: true}
 		if !at.IsZero() {
 			ro.At = res.AsOfTime
@@ -230,6 +245,9 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	published = true
+	if len(res.AgentMissing) > 0 {
+		fmt.Fprintf(g.stderr, "wsfs pull: warning: the agent state copy of shipped snapshot(s) %v is not all in %s (shipped by an older wsfs): a fork or restore of them here fails on the missing chunk; their files are complete\n", res.AgentMissing, cfg)
+	}
 	if err := h.RegisterWorkspace(name); err != nil {
 		return fmt.Errorf("pull %s: register the workspace in the pool: %w", name, err)
 	}
@@ -260,4 +278,18 @@ func runPull(ctx context.Context, g *globals, args []string) error {
 	}
 	fmt.Fprint(g.stdout, agentMsg)
 	return nil
+}
+
+// pullSnapshotAgent writes the agent state database of the workspace
+// being pulled into tmp (its directory under its temporary name) from
+// shipped snapshot in's copy, each chunk read from the bucket and
+// verified, and records that it continues the replica at url
+// (agentstate.Adopt), whose sidecar then uploads it as the replica's
+// next state.
+func pullSnapshotAgent(ctx context.Context, st remote.Store, tmp, url string, in snapshot.Info) error {
+	read := func(id objid.ID) ([]byte, error) { return ship.ReadObject(ctx, st, id) }
+	if _, err := snapshot.RestoreAgentFrom(read, tmp, in); err != nil {
+		return err
+	}
+	return agentstate.Adopt(ctx, agentstate.DBIn(tmp), url)
 }

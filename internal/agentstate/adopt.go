@@ -146,6 +146,27 @@ func readAdoption(path string) (*adoption, error) {
 	return &a, nil
 }
 
+// Adopt records beside the database at path, restored from somewhere
+// other than the replica at url (a snapshot's copy, by `wsfs pull --at`),
+// that it continues that replica as it is now, so that a sidecar
+// replicating it there starts (and uploads it as the replica's next
+// state) rather than refusing (ReplicaAheadError). An empty replica needs
+// no record.
+func Adopt(ctx context.Context, path, url string) error {
+	client, err := NewReplicaClient(url)
+	if err != nil {
+		return err
+	}
+	ext, err := Extent(ctx, client)
+	if err != nil {
+		return fmt.Errorf("adopt %s: list replica %s: %w", path, url, err)
+	}
+	if ext.MaxTXID == 0 {
+		return nil
+	}
+	return writeAdoption(path, path, url, ext.MaxTXID)
+}
+
 // writeAdoption records durably that the database file restored (to be
 // linked at path) continues replica url, which held transactions up to
 // txid.

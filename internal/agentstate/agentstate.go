@@ -46,6 +46,14 @@
 // checkpoints to Litestream anyway (wal_autocheckpoint=0, as OpenDB and DSN
 // set): then the hazard needs a checkpoint on close of the last connection
 // while the sidecar is down.
+//
+// A second workaround of the same kind: a transaction that shrinks the
+// database (RestoreLive to a smaller snapshot copy, or the agent's VACUUM)
+// while another connection commits left, with v0.5.18, incremental files
+// from which the latest state restored "malformed" in about one run in
+// two; the sidecar uploads a full snapshot whenever it sees the database
+// shrink (Sidecar.shrinkWatch), and a point-in-time restore to the moment
+// between the shrink and that snapshot can still hit the damage.
 package agentstate
 
 import (

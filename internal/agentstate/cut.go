@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 
 	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"wsfs/internal/host"
 	"wsfs/internal/vfs"
@@ -87,8 +89,57 @@ func DBIn(wsDir string) string { return filepath.Join(host.AgentDirIn(wsDir), DB
 // no database at path. It opens the database read-only, so it never
 // writes to it (no checkpoint on close either), and it never waits for
 // writers (WAL readers do not block, and are not blocked by, the agent or
-// the sidecar).
+// the sidecar). One exception: a database in rollback-journal mode with a
+// hot journal (an agent killed inside a transaction) cannot be read
+// read-only; BeginCut then rolls the journal back first, as SQLite does
+// at any read-write open (rollbackHotJournal), and pins the committed
+// state that leaves.
 func BeginCut(ctx context.Context, path string) (*Cut, error) {
+	c, err := beginCut(ctx, path)
+	if isReadonlyRollback(err) {
+		if rerr := rollbackHotJournal(ctx, path); rerr != nil {
+			return nil, fmt.Errorf("agent state %s: roll back the hot journal a killed writer left: %w", path, rerr)
+		}
+		c, err = beginCut(ctx, path)
+	}
+	return c, err
+}
+
+// isReadonlyRollback reports whether err is SQLite's refusal to read a
+// database whose hot journal it cannot roll back on a read-only
+// connection (SQLITE_READONLY_ROLLBACK).
+func isReadonlyRollback(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_READONLY_ROLLBACK
+}
+
+// rollbackHotJournal opens the database at path read-write and reads its
+// schema, which makes SQLite roll back a hot journal (under its exclusive
+// lock, waiting for other connections as OpenDB does). The connection
+// sets no journal mode: the database stays in rollback-journal mode, so
+// closing it checkpoints nothing.
+func rollbackHotJournal(ctx context.Context, path string) error {
+	u := url.URL{Scheme: "file", Opaque: path}
+	db, err := sql.Open("sqlite", u.String()+"?_pragma=busy_timeout(30000)")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+		return err
+	}
+	return db.Close()
+}
+
+// roDSN opens the database at path read-only, with OpenDB's busy
+// timeout and no other PRAGMA.
+func roDSN(path string) string {
+	u := url.URL{Scheme: "file", Opaque: path}
+	return u.String() + "?mode=ro&_pragma=busy_timeout(30000)"
+}
+
+func beginCut(ctx context.Context, path string) (*Cut, error) {
 	if ok, err := exists(path); err != nil {
 		return nil, fmt.Errorf("agent state %s: %w", path, err)
 	} else if !ok {
@@ -98,7 +149,10 @@ func BeginCut(ctx context.Context, path string) (*Cut, error) {
 	// checkpoint SQLite runs when the last connection closes (a
 	// checkpoint behind a stopped sidecar's back is the hazard the
 	// package doc describes).
-	db, err := sql.Open("sqlite", DSN(path)+"&mode=ro")
+	// Nor does it set a journal mode (DSN's journal_mode(wal) is a write
+	// on a database in rollback-journal mode, refused read-only): the
+	// database is read in whatever mode it is in.
+	db, err := sql.Open("sqlite", roDSN(path))
 	if err != nil {
 		return nil, fmt.Errorf("agent state %s: %w", path, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/benbjohnson/litestream"
 )
 
 // copyCut takes a cut of the database at path and returns its copy.
@@ -277,4 +280,138 @@ func fileSums(t *testing.T, path string) string {
 		out += fmt.Sprintf("%s:%d:%x ", filepath.Base(p), len(b), sha256.Sum256(b))
 	}
 	return out
+}
+
+// TestCutRollsBackHotJournal: an agent may use a rollback journal
+// (journal_mode DELETE, SQLite's default): the cut used to set WAL mode
+// on its read-only connection, and failed ("attempt to write a readonly
+// database") on every such database. Killed inside a transaction, the
+// agent leaves a hot journal. SQLite rolls it back at the next open, which needs write
+// access: a read-only cut used to fail ("attempt to write a readonly
+// database"), so no snapshot could be taken until something else opened
+// the database. The cut holds every committed row and none of the
+// transaction that was cut short.
+func TestCutRollsBackHotJournal(t *testing.T) {
+	src := filepath.Join(t.TempDir(), DBName)
+	db, err := sql.Open("sqlite", "file:"+src+"?_pragma=journal_mode(delete)&_pragma=cache_size(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(schema + `; CREATE TABLE wsfs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 40; i++ {
+		if _, err := db.Exec(`INSERT INTO progress (id, step, payload) VALUES (?, 'committed', randomblob(2000))`, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A database in rollback-journal mode, no journal.
+	if rows := rowsOf(t, copyCut(t, src, nil)); len(rows) != 40 {
+		t.Fatalf("copy of the database in rollback-journal mode holds %d rows, want 40", len(rows))
+	}
+	// A transaction big enough to spill pages into the database file
+	// (cache of one page), left open: the journal is hot in a copy of
+	// the files, which no process holds a lock on (the killed agent).
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`UPDATE progress SET step = 'cut short', payload = randomblob(3000)`); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "agent", DBName)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, sfx := range []string{"", "-journal"} {
+		b, err := os.ReadFile(src + sfx)
+		if err != nil {
+			t.Fatalf("no %s file mid-transaction: %v", sfx, err)
+		}
+		if err := os.WriteFile(path+sfx, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	image := copyCut(t, path, nil)
+	rows := rowsOf(t, image)
+	if len(rows) != 40 {
+		t.Fatalf("copy holds %d rows, want the 40 committed", len(rows))
+	}
+	for _, r := range rows {
+		if strings.Contains(r, "cut short") {
+			t.Fatalf("copy holds a row of the transaction cut short: %.40s", r)
+		}
+	}
+	if _, err := os.Stat(path + "-journal"); err == nil {
+		t.Errorf("hot journal still there after the cut")
+	}
+}
+
+// TestRestoreLiveUnderWritesReplicates: a restore to an earlier, smaller
+// copy while the agent keeps committing shrinks the database under
+// Litestream, which (v0.5.18) then left incremental files from which the
+// latest state restored "malformed" in about one run in two. The
+// sidecar uploads a full snapshot once it sees the database shrink, and
+// the replica then restores to exactly the live database.
+func TestRestoreLiveUnderWritesReplicates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	w := newWriter(t, opts.DBPath)
+	w.insert(t, 30)
+	image := copyCut(t, opts.DBPath, nil)
+	w.insert(t, 300) // the database grows well past the copy
+	if _, err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client, err := NewReplicaClient(opts.ReplicaURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshots := func() int {
+		itr, err := client.LTXFiles(ctx, litestream.SnapshotLevel, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer itr.Close()
+		n := 0
+		for itr.Next() {
+			n++
+		}
+		return n
+	}
+	before := snapshots()
+	stop := w.background(t)
+	if err := RestoreLive(ctx, opts.DBPath, "ws-test", func(wr io.Writer) error {
+		_, err := wr.Write(image)
+		return err
+	}); err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the agent commits on
+	stop()
+	// Bounded: one look at the size takes a SyncInterval (50 ms here).
+	for deadline := time.Now().Add(20 * time.Second); snapshots() == before; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no full snapshot uploaded after the database shrank (%d snapshots)", before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "from-replica.db")
+	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: out}); err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "replica restored after a live restore under writes", dump(t, out), dump(t, opts.DBPath))
 }

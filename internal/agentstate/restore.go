@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
+
 	"wsfs/internal/vfs"
 
 	"github.com/benbjohnson/litestream"
@@ -94,6 +99,9 @@ func Restore(ctx context.Context, opt RestoreOptions) error {
 		if errors.Is(err, litestream.ErrTxNotAvailable) || errors.Is(err, litestream.ErrNoSnapshots) {
 			return fmt.Errorf("restore %s: %w", opt.To, notAvailable(ctx, client, opt, err))
 		}
+		if de := findDamage(ctx, client, opt); de != nil {
+			return fmt.Errorf("restore %s: %w", opt.To, de)
+		}
 		if !opt.At.IsZero() {
 			return fmt.Errorf("restore %s as of %s from %s: %w", opt.To, opt.At.Format(time.RFC3339Nano), opt.ReplicaURL, err)
 		}
@@ -166,4 +174,80 @@ func publishPrivate(out, to string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// DamagedReplicaError is Restore's refusal when the replica holds the
+// state asked for but a file the restore needs is damaged (fails its
+// checksums or is cut short: the replica's storage lost or changed it)
+// or missing from the middle of the sequence. It names the file and what
+// to do; the restore wrote no database.
+type DamagedReplicaError struct {
+	ReplicaURL string
+	// File is the damaged file (ltx/LEVEL/MIN-MAX.ltx under the
+	// replica), empty when a file is missing: then MinTXID..MaxTXID is
+	// the gap.
+	File             string
+	MinTXID, MaxTXID ltx.TXID
+	CreatedAt        time.Time // when the damaged file was written
+	Err              error     // what checking the file found
+}
+
+func (e *DamagedReplicaError) Unwrap() error { return e.Err }
+
+func (e *DamagedReplicaError) Error() string {
+	const ts = time.RFC3339Nano
+	what := fmt.Sprintf("replica %s is damaged: its file %s (transactions %s to %s, written %s) fails its checks (%v)",
+		e.ReplicaURL, e.File, e.MinTXID, e.MaxTXID, e.CreatedAt.UTC().Format(ts), e.Err)
+	if e.File == "" {
+		what = fmt.Sprintf("replica %s is damaged: transactions %s to %s are missing from it (%v)",
+			e.ReplicaURL, e.MinTXID, e.MaxTXID, e.Err)
+	}
+	return what + "; if the workspace's database is intact on its host, restart its sidecar, which uploads a full " +
+		"snapshot at start that later restores begin from (then `wsfs state sync NAME` and restore again); " +
+		"otherwise an earlier state may restore with --at a time before the damage"
+}
+
+// findDamage explains a failed restore by the replica's files: it
+// recomputes the restore plan and reads every file in it in full
+// (checksums), and returns the first gap or damaged file, or nil when
+// the files are sound (the failure is elsewhere: the network, the local
+// disk).
+func findDamage(ctx context.Context, c litestream.ReplicaClient, opt RestoreOptions) *DamagedReplicaError {
+	de := &DamagedReplicaError{ReplicaURL: opt.ReplicaURL}
+	plan, err := litestream.CalcRestorePlan(ctx, c, 0, opt.At, slog.New(slog.DiscardHandler))
+	if err != nil {
+		var from, to ltx.TXID
+		if _, serr := fmt.Sscanf(errText(err, "non-contiguous ltx files: "), "have up to %x but next file starts at %x", &from, &to); serr == nil {
+			de.MinTXID, de.MaxTXID, de.Err = from+1, to-1, err
+			return de
+		}
+		return nil
+	}
+	for _, f := range plan {
+		if err := verifyLTX(ctx, c, f); err != nil {
+			de.File = path.Join("ltx", strconv.Itoa(f.Level), ltx.FormatFilename(f.MinTXID, f.MaxTXID))
+			de.MinTXID, de.MaxTXID, de.CreatedAt, de.Err = f.MinTXID, f.MaxTXID, f.CreatedAt, err
+			return de
+		}
+	}
+	return nil
+}
+
+// errText returns the part of err's message after marker, or "".
+func errText(err error, marker string) string {
+	_, after, ok := strings.Cut(err.Error(), marker)
+	if !ok {
+		return ""
+	}
+	return after
+}
+
+// verifyLTX reads the LTX file f from c in full and checks its checksums.
+func verifyLTX(ctx context.Context, c litestream.ReplicaClient, f *ltx.FileInfo) error {
+	rc, err := c.OpenLTXFile(ctx, f.Level, f.MinTXID, f.MaxTXID, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return ltx.NewDecoder(rc).Verify()
 }

@@ -3,10 +3,16 @@ package agentstate
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/benbjohnson/litestream"
+	"github.com/superfly/ltx"
 )
 
 // TestRestoreNotAvailableSaysWhatIsThere: a restore from an empty replica,
@@ -63,5 +69,70 @@ func TestRestoreNotAvailableSaysWhatIsThere(t *testing.T) {
 	// A time inside the range restores.
 	if err := Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: filepath.Join(t.TempDir(), "z.db"), At: time.Now()}); err != nil {
 		t.Errorf("restore --at now: %v", err)
+	}
+}
+
+// TestRestoreDamagedReplicaNamesTheFile: a restore whose plan runs into a
+// damaged LTX file (bytes flipped on the replica's disk) is a
+// DamagedReplicaError that names the file and says what to do, not
+// Litestream's "decode database: ... checksum mismatch"; and it writes no
+// database.
+func TestRestoreDamagedReplicaNamesTheFile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, opts.DBPath)
+	w.insert(t, 200)
+	if _, err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client, err := NewReplicaClient(opts.ReplicaURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := litestream.CalcRestorePlan(ctx, client, 0, time.Time{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The plan's largest file: it holds the rows' pages.
+	victim := plan[0]
+	for _, f := range plan {
+		if f.Size > victim.Size {
+			victim = f
+		}
+	}
+	name := filepath.Join("ltx", strconv.Itoa(victim.Level), ltx.FormatFilename(victim.MinTXID, victim.MaxTXID))
+	path := filepath.Join(opts.ReplicaURL, name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(b) / 2; i < len(b)/2+16; i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	to := filepath.Join(t.TempDir(), "out.db")
+	err = Restore(ctx, RestoreOptions{ReplicaURL: opts.ReplicaURL, To: to})
+	var de *DamagedReplicaError
+	if !errors.As(err, &de) {
+		t.Fatalf("restore from a damaged replica: %v, want a DamagedReplicaError", err)
+	}
+	for _, want := range []string{name, "damaged", "restart", "--at"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	if _, serr := os.Stat(to); !os.IsNotExist(serr) {
+		t.Errorf("a database appeared at %s (%v)", to, serr)
 	}
 }

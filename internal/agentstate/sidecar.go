@@ -3,6 +3,7 @@ package agentstate
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,11 @@ type Options struct {
 	// ShutdownSyncTimeout bounds Close (final sync and release). Default
 	// 20s: below the supervisor's default stop timeout of 30s.
 	ShutdownSyncTimeout time.Duration
+	// LockHeld says the caller holds the sidecar lock (LockSidecar) for
+	// the sidecar's whole run, as `wsfs push` does while it replicates
+	// once before it ships: Start then neither takes it nor, at Close,
+	// releases it.
+	LockHeld bool
 	// Logger receives the sidecar's and Litestream's messages.
 	Logger *slog.Logger
 }
@@ -154,7 +160,10 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		return nil, errors.Join(err, Ensure(opts.DBPath, opts.Workspace))
 	}
 	// One sidecar per database: two would upload conflicting LTX files.
-	lock, err := LockSidecar(opts.DBPath)
+	var lock io.Closer = heldLock{}
+	if !opts.LockHeld {
+		lock, err = LockSidecar(opts.DBPath)
+	}
 	if errors.Is(err, vfs.ErrLocked) {
 		return nil, fmt.Errorf("another sidecar is already replicating %s: %w", opts.DBPath, err)
 	}
@@ -288,9 +297,17 @@ func Start(ctx context.Context, opts Options) (*Sidecar, error) {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.statusLoop(bg) }()
 	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.shrinkWatch(bg) }()
 	log.Info("replicating agent state", "db", opts.DBPath, "replica", opts.ReplicaURL, "sync_interval", opts.SyncInterval)
 	return s, nil
 }
+
+// heldLock stands for a sidecar lock that the caller holds
+// (Options.LockHeld): closing it releases nothing.
+type heldLock struct{}
+
+func (heldLock) Close() error { return nil }
 
 // durableLTXDirs makes the directory chain of Litestream's local LTX files
 // (DIR/.state.db-litestream/ltx/0 beside the database) durable: it creates
@@ -322,6 +339,58 @@ func durableLTXDirs(db *litestream.DB) error {
 	return nil
 }
 
+// shrinkWatch uploads a full snapshot whenever the database has shrunk
+// (its page count went down since the last look, one SyncInterval
+// earlier): a workaround like the start-up snapshot. With Litestream
+// v0.5.18, a transaction that shrinks the database (a restore to an
+// earlier, smaller snapshot, agentstate.RestoreLive; or the agent's
+// VACUUM) while another connection keeps committing left, in about one
+// run in two, incremental files from which the latest state restored
+// "malformed" (wsfs probes, 2026-12-03: a writer committing throughout,
+// then `wsfs state restore`). A latest-state restore starts from the
+// newest snapshot, so the snapshot taken after the shrink (from the
+// database itself) makes it whole; a point-in-time restore to the moment
+// between the shrink and that snapshot can still hit the damage. A
+// failed snapshot is the sidecar's error (status, metrics) and is
+// retried at the next look.
+func (s *Sidecar) shrinkWatch(ctx context.Context) {
+	db, err := sql.Open("sqlite", roDSN(s.opts.DBPath))
+	if err != nil {
+		s.log.Error("watch the database's size", "err", err)
+		return
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	t := time.NewTicker(s.opts.SyncInterval)
+	defer t.Stop()
+	var last int64
+	pending := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var n int64
+		if err := db.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&n); err != nil {
+			continue // busy or closing: the next look
+		}
+		if last > 0 && n < last {
+			s.log.Info("the database shrank: uploading a full snapshot", "pages_before", last, "pages", n)
+			pending = true
+		}
+		last = n
+		if pending {
+			if err := s.snapshot(ctx); err != nil {
+				s.setErr(err)
+				s.log.Error("snapshot after the database shrank failed; retrying", "err", err)
+				continue
+			}
+			pending = false
+		}
+	}
+}
+
 // snapshot syncs and then uploads a full snapshot of the database.
 func (s *Sidecar) snapshot(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownSyncTimeout)
@@ -333,7 +402,7 @@ func (s *Sidecar) snapshot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", s.opts.DBPath, err)
 	}
-	s.log.Info("uploaded start-up snapshot", "txid", info.MaxTXID.String(), "bytes", info.Size)
+	s.log.Info("uploaded a full snapshot", "txid", info.MaxTXID.String(), "bytes", info.Size)
 	return nil
 }
 

@@ -71,6 +71,7 @@ type selected struct {
 	what  string // for messages: "snapshot 3 (label) of ...", "group 41 shipped at ..."
 	time  time.Time
 	got   int64
+	snap  *snapshot.Info // the snapshot chosen, nil for a prefix of the head
 }
 
 // selectState resolves at against head h and the shipped snapshots and
@@ -81,7 +82,7 @@ func selectState(ctx context.Context, st remote.Store, name string, h Head, snap
 		if err != nil {
 			return selected{}, fmt.Errorf("pull %s --at %s: load shipped snapshot %d: %w", name, at, in.ID, err)
 		}
-		return selected{tree: t, group: in.Group, time: in.Time,
+		return selected{tree: t, group: in.Group, time: in.Time, snap: &in,
 			what: fmt.Sprintf("snapshot %d %q (group %d, taken %s)", in.ID, in.Label, in.Group, in.Time.UTC().Format(time.RFC3339))}, nil
 	}
 	if at.Snapshot != "" {

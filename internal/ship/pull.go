@@ -71,8 +71,18 @@ type PullResult struct {
 	BatchesRead int
 	Snapshots   int    // shipped snapshots imported into the local catalog
 	Selected    string // the state At chose ("" for the head)
-	AsOf        uint64 // the group whose state was restored (Group, unless At chose an older one)
-	AsOfTime    time.Time
+	// Snapshot is the shipped snapshot At chose (nil: the head, or a
+	// prefix of its log): its agent state copy is the agent state of
+	// the state pulled (the replica as of its time may lack what the
+	// sidecar had not uploaded by then).
+	Snapshot *snapshot.Info
+	// AgentMissing are the shipped snapshots whose agent state copy is
+	// not all in the bucket (shipped by a wsfs that did not upload those
+	// chunks): the pull goes on without it; their fork or restore here
+	// fails on the missing chunk.
+	AgentMissing []uint64
+	AsOf         uint64 // the group whose state was restored (Group, unless At chose an older one)
+	AsOfTime     time.Time
 	// TreeTime is the time to read the head, checkpoint and batches and
 	// rebuild the tree; WriteTime to write the workspace directory (the
 	// log synced, the checkpoint not: its first opener syncs it).
@@ -150,7 +160,7 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 			return res, err
 		}
 		tree, at = sel.tree, sel.group
-		res.Selected, res.AsOf, res.AsOfTime = sel.what, sel.group, sel.time
+		res.Selected, res.AsOf, res.AsOfTime, res.Snapshot = sel.what, sel.group, sel.time, sel.snap
 		if at != h.Group {
 			at = h.Group + 1 // a new group: the state as of sel
 		}
@@ -178,10 +188,38 @@ func Pull(ctx context.Context, opts PullOptions) (PullResult, error) {
 		}
 	}
 	visited := map[objid.ID]bool{}
+	checked := map[objid.ID]bool{} // agent state chunks found in the bucket
 	for _, in := range snaps {
 		if err := manifest.ForEachObject(remoteManifests{ctx, st}, in.Root, visited, func(id objid.ID) { ids[id] = struct{}{} }); err != nil {
 			return res, fmt.Errorf("pull %s: shipped snapshot %d: %w", opts.Name, in.ID, err)
 		}
+		// The agent state copy's chunks, each checked (HEAD) unless the
+		// tree has it: an entry shipped by an older wsfs names chunks
+		// that were never uploaded, which must not fail the pull nor
+		// keep a lazy workspace's prefetch retrying forever.
+		var agent []objid.ID
+		snapshot.AgentObjects(in, func(id objid.ID) { agent = append(agent, id) })
+		missing := false
+		for _, id := range agent {
+			if _, ok := ids[id]; ok || checked[id] {
+				continue
+			}
+			ok, err := st.Exists(ctx, remote.ObjectKey(id.String()))
+			if err != nil {
+				return res, fmt.Errorf("pull %s: shipped snapshot %d: agent state chunk %s: %w", opts.Name, in.ID, id, err)
+			}
+			if !ok {
+				missing = true
+				continue
+			}
+			checked[id] = true
+		}
+		if missing {
+			res.AgentMissing = append(res.AgentMissing, in.ID)
+		}
+	}
+	for id := range checked {
+		ids[id] = struct{}{}
 	}
 	res.Objects = len(ids)
 	list := make([]objid.ID, 0, len(ids))
@@ -297,16 +335,9 @@ func concurrently(fs ...func() error) error {
 // fetchObject downloads object id, verifies it and puts it into the pool
 // (unsynced; the caller syncs).
 func fetchObject(ctx context.Context, st remote.Store, p *pool.Pool, id objid.ID) (int, error) {
-	key := remote.ObjectKey(id.String())
-	data, err := st.Get(ctx, key)
-	if errors.Is(err, remote.ErrNotFound) {
-		return 0, fmt.Errorf("remote %s: object %s is missing, yet the workspace references it: %w", st, key, err)
-	}
+	data, err := ReadObject(ctx, st, id)
 	if err != nil {
 		return 0, err
-	}
-	if got := objid.Sum(data); got != id {
-		return 0, &CorruptRemoteError{Store: st.String(), Key: key, Reason: fmt.Sprintf("its %d bytes hash to %s", len(data), got)}
 	}
 	if got, _, err := p.Put(data); err != nil {
 		return 0, err
@@ -314,6 +345,24 @@ func fetchObject(ctx context.Context, st remote.Store, p *pool.Pool, id objid.ID
 		return 0, fmt.Errorf("pool put of %s stored %s", id, got)
 	}
 	return len(data), nil
+}
+
+// ReadObject reads object id from the bucket st and verifies it against
+// its ID: a missing object is an error naming it, a corrupt one a
+// *CorruptRemoteError.
+func ReadObject(ctx context.Context, st remote.Store, id objid.ID) ([]byte, error) {
+	key := remote.ObjectKey(id.String())
+	data, err := st.Get(ctx, key)
+	if errors.Is(err, remote.ErrNotFound) {
+		return nil, fmt.Errorf("remote %s: object %s is missing, yet the workspace references it: %w", st, key, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if got := objid.Sum(data); got != id {
+		return nil, &CorruptRemoteError{Store: st.String(), Key: key, Reason: fmt.Sprintf("its %d bytes hash to %s", len(data), got)}
+	}
+	return data, nil
 }
 
 // parallel runs fn over items with n workers; the first error cancels the

@@ -146,6 +146,7 @@ func remoteSnapshotObjects(ctx context.Context, st remote.Store, name string, fn
 		if err := manifest.ForEachObject(remoteManifests{ctx, st}, in.Root, visited, fn); err != nil {
 			return 0, fmt.Errorf("shipped snapshot %d of %s: %w", in.ID, name, err)
 		}
+		snapshot.AgentObjects(in, fn)
 	}
 	return len(snaps), nil
 }
@@ -233,6 +234,9 @@ func (s *Shipper) shipSnapshots(ctx context.Context) error {
 		if err := manifest.ForEachObject(&manifest.PoolStore{Pool: s.opts.Pool}, in.Root, nil, func(o objid.ID) { ids[o] = struct{}{} }); err != nil {
 			return fmt.Errorf("ship %s: snapshot %d: %w", s.opts.Name, id, err)
 		}
+		// Its agent state copy too: the entry names those chunks, and
+		// a pulled snapshot restores or forks with them.
+		snapshot.AgentObjects(in, func(o objid.ID) { ids[o] = struct{}{} })
 		if err := s.uploadObjects(ctx, ids); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"wsfs/internal/agentstate"
 	"wsfs/internal/manifest"
 	"wsfs/internal/objid"
 	"wsfs/internal/pool"
@@ -326,4 +327,86 @@ func TestShipSnapshotsFaults(t *testing.T) {
 	for n := 0; n < total; n += stride {
 		run(fmt.Sprintf("fault-%d", n), n, n%2 == 1)
 	}
+}
+
+// TestShipSnapshotAgentCopy: a snapshot's agent state copy travels with
+// it. The shipper uploads its chunks with the tree's objects, remote GC
+// keeps them, a pull brings them into the pool (the pulled snapshot
+// restores its agent state) and a pull --at the snapshot names it
+// (PullResult.Snapshot), so that wsfs pull restores that copy. The
+// chunks used to stay behind: a pulled snapshot's fork or restore failed
+// on a missing object.
+func TestShipSnapshotAgentCopy(t *testing.T) {
+	srv := s3test.Start(t)
+	st := srv.Store(t, "agentcopy")
+	ctx := context.Background()
+	e := newEnv(t, 41)
+	defer func() { e.ws.Close() }()
+	db := agentstate.DBIn(e.dir())
+	if err := agentstate.Ensure(db, "ws"); err != nil {
+		t.Fatal(err)
+	}
+	want := agentDump(t, db)
+	e.step()
+	e.commit()
+	in := e.snap("agent", time.Now())
+	if in.Agent == nil || len(in.Agent.Content.Chunks) == 0 {
+		t.Fatalf("snapshot without an agent state copy: %+v", in)
+	}
+	sh := New(Options{Dir: e.dir(), Name: "ws", Pool: e.pool, Store: st})
+	if _, err := sh.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Everything unreferenced is past its grace.
+	if _, err := GC(ctx, st, 24*time.Hour, time.Now().Add(48*time.Hour), false); err != nil {
+		t.Fatal(err)
+	}
+	res, dir, p, err := pullAt(t, st, At{Snapshot: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Snapshot == nil || res.Snapshot.ID != in.ID || res.Snapshot.Agent == nil {
+		t.Fatalf("pull --at the snapshot: PullResult.Snapshot %+v, want snapshot %d with its agent copy", res.Snapshot, in.ID)
+	}
+	pulled, err := snapshot.Get(vfs.Default, dir, in.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork := filepath.Join(t.TempDir(), "fork")
+	if _, err := snapshot.RestoreAgent(p, fork, pulled); err != nil {
+		t.Fatalf("restore the pulled snapshot's agent state: %v", err)
+	}
+	if got := agentDump(t, agentstate.DBIn(fork)); got != want {
+		t.Fatalf("pulled snapshot's agent state %q, want %q", got, want)
+	}
+	if len(res.AgentMissing) != 0 {
+		t.Fatalf("AgentMissing %v with every chunk shipped", res.AgentMissing)
+	}
+	// A bucket whose entry names a chunk that was never uploaded (an
+	// older shipper): the pull goes on and says which snapshot lacks it.
+	if err := st.Delete(ctx, remote.ObjectKey(in.Agent.Content.Chunks[0].String())); err != nil {
+		t.Fatal(err)
+	}
+	res, _, _, err = pullAt(t, st, At{})
+	if err != nil {
+		t.Fatalf("pull with a snapshot's agent chunk missing from the bucket: %v", err)
+	}
+	if len(res.AgentMissing) != 1 || res.AgentMissing[0] != in.ID {
+		t.Fatalf("AgentMissing %v, want [%d]", res.AgentMissing, in.ID)
+	}
+}
+
+// agentDump returns the wsfs_meta rows of the agent database at path.
+func agentDump(t *testing.T, path string) string {
+	t.Helper()
+	db, err := agentstate.OpenDB(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var out string
+	if err := db.QueryRow(`SELECT group_concat(key || '=' || value, ',') FROM wsfs_meta`).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -80,6 +80,13 @@ func storeAgentCut(cut *agentstate.Cut, st *manifest.PoolStore) (*AgentCopy, err
 // changes nothing. Offline restore, fork and the daemon's online restore
 // all go through here.
 func RestoreAgent(p *pool.Pool, wsDir string, in Info) (bool, error) {
+	return RestoreAgentFrom(p.ReadAll, wsDir, in)
+}
+
+// RestoreAgentFrom is RestoreAgent with the chunks read by read, which
+// must return an object's bytes verified against its ID (pool.ReadAll;
+// for a pull, the bucket's copy).
+func RestoreAgentFrom(read func(objid.ID) ([]byte, error), wsDir string, in Info) (bool, error) {
 	if in.Agent == nil {
 		return false, nil
 	}
@@ -93,7 +100,7 @@ func RestoreAgent(p *pool.Pool, wsDir string, in Info) (bool, error) {
 				b = make([]byte, n)
 			} else {
 				var err error
-				if b, err = p.ReadAll(id); err != nil {
+				if b, err = read(id); err != nil {
 					return fmt.Errorf("chunk %d of %d: %w", i, len(a.Content.Chunks), err)
 				}
 			}
@@ -113,8 +120,11 @@ func RestoreAgent(p *pool.Pool, wsDir string, in Info) (bool, error) {
 	return true, nil
 }
 
-// agentObjects calls fn for every pool object of in's agent state copy.
-func agentObjects(in Info, fn func(objid.ID)) {
+// AgentObjects calls fn for every pool object of in's agent state copy
+// (none for a snapshot without one). Whatever keeps or moves a
+// snapshot's objects (pool GC, fsck, shipping, remote GC, pull) takes
+// these with its tree's.
+func AgentObjects(in Info, fn func(objid.ID)) {
 	if in.Agent != nil {
 		in.Agent.Content.Objects(fn)
 	}

@@ -88,7 +88,7 @@ func Check(fsys vfs.FS, wsDir string, p *pool.Pool, verify bool, notFetched func
 				users[o] = append(u, ref)
 			}
 		})
-		agentObjects(in, func(o objid.ID) {
+		AgentObjects(in, func(o objid.ID) {
 			if _, seen := users[o]; !seen {
 				order = append(order, o)
 			}

@@ -399,7 +399,7 @@ func ForEachObject(fsys vfs.FS, wsDir string, p *pool.Pool, fn func(objid.ID)) e
 		if err := manifest.ForEachObject(st, in.Root, visited, fn); err != nil {
 			return fmt.Errorf("snapshot %d of %s: %w", in.ID, wsDir, err)
 		}
-		agentObjects(in, fn)
+		AgentObjects(in, fn)
 	}
 	return nil
 }
