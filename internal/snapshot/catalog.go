@@ -50,7 +50,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -299,10 +298,11 @@ func readEntry(fsys vfs.FS, wsDir string, id uint64) (Info, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return Info{}, fmt.Errorf("%w %d in %s", ErrNotFound, id, wsDir)
 	}
-	if errors.Is(err, syscall.EISDIR) {
+	var nr *vfs.NotRegularError
+	if errors.As(err, &nr) {
 		// Not an entry at all (a directory made by hand or by a bad
 		// restore): damaged like a torn one, and removed the same way.
-		err = fmt.Errorf("%w: a directory, not a catalog entry file", ErrBadEntry)
+		err = fmt.Errorf("%w: %s, not a catalog entry file", ErrBadEntry, nr.Kind())
 	} else if err != nil {
 		return Info{}, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}

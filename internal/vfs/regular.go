@@ -29,6 +29,9 @@ func (e *NotRegularError) Error() string {
 
 func (e *NotRegularError) Unwrap() error { return ErrNotRegular }
 
+// Kind names what stands at Path ("a directory", "a FIFO", ...).
+func (e *NotRegularError) Kind() string { return kindOf(e.Mode) }
+
 // kindOf names a non-regular file type with its article.
 func kindOf(m fs.FileMode) string {
 	switch {
