@@ -159,6 +159,20 @@ func sameRows(t *testing.T, what string, got, want []string) {
 	}
 }
 
+// startTestSidecar starts a sidecar with testOptions under a context that
+// ends after 2 minutes or with the test; the caller closes the sidecar.
+func startTestSidecar(t *testing.T) (context.Context, Options, *Sidecar) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	opts := testOptions(t)
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, opts, s
+}
+
 func testOptions(t *testing.T) Options {
 	dir := t.TempDir()
 	return Options{
@@ -180,13 +194,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func TestReplicateWhileWritingRestoreEveryRow(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := testOptions(t)
-	s, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, opts, s := startTestSidecar(t)
 	w := newWriter(t, opts.DBPath)
 	stop := w.background(t)
 	// Let background replication run concurrently with the writes until
@@ -254,13 +262,7 @@ func TestReplicateWhileWritingRestoreEveryRow(t *testing.T) {
 }
 
 func TestRestoreAtTime(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := testOptions(t)
-	s, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, opts, s := startTestSidecar(t)
 	defer s.Close(ctx)
 	if opts.SocketPath != "" {
 		if st, err := os.Stat(opts.SocketPath); err != nil || st.Mode().Perm() != 0o600 {

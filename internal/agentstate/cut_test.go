@@ -119,13 +119,7 @@ func TestCutIsOneInstant(t *testing.T) {
 // database passes integrity_check, and the replica restores to the
 // restored content.
 func TestRestoreLiveUnderOpenConnections(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := testOptions(t)
-	s, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, opts, s := startTestSidecar(t)
 	defer s.Close(ctx)
 	w := newWriter(t, opts.DBPath)
 	w.insert(t, 300)
@@ -357,13 +351,7 @@ func TestCutRollsBackHotJournal(t *testing.T) {
 // sidecar uploads a full snapshot once it sees the database shrink, and
 // the replica then restores to exactly the live database.
 func TestRestoreLiveUnderWritesReplicates(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := testOptions(t)
-	s, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, opts, s := startTestSidecar(t)
 	defer s.Close(ctx)
 	w := newWriter(t, opts.DBPath)
 	w.insert(t, 30)

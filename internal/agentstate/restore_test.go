@@ -78,13 +78,7 @@ func TestRestoreNotAvailableSaysWhatIsThere(t *testing.T) {
 // Litestream's "decode database: ... checksum mismatch"; and it writes no
 // database.
 func TestRestoreDamagedReplicaNamesTheFile(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := testOptions(t)
-	s, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, opts, s := startTestSidecar(t)
 	w := newWriter(t, opts.DBPath)
 	w.insert(t, 200)
 	if _, err := s.Sync(ctx); err != nil {
